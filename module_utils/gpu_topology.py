@@ -1,0 +1,527 @@
+# -*- coding: utf-8 -*-
+"""Parse nvidia-smi outputs into the ``gpu_topology`` fact (schema: docs/CONTRACTS.md).
+
+Plain stdlib functions, no Ansible imports, so they run on any target host and in pytest.
+
+Inputs (each tool is run once by library/gpu_topology_facts.py):
+  * ``nvidia-smi -q -x``   -> :func:`parse_smi_xml`
+  * ``nvidia-smi topo -m`` -> :func:`parse_topo`
+  * ``nvidia-smi nvlink -s`` -> :func:`parse_nvlink_status`
+  * optional text banner (plain ``nvidia-smi`` / ``nvidia-smi -q``) -> :func:`parse_banner`
+    (only needed when the XML carries no driver version, e.g. an R610+ driver whose XML
+    element names we do not know yet).
+
+:func:`build_gpu_topology` combines them (plus a sysfs fallback for NUMA nodes) and
+:func:`health_problems` turns the result into problem records used for ``problems`` and
+by the gpu_health_gate role.
+"""
+from __future__ import annotations
+
+import os
+import re
+import xml.etree.ElementTree as ET
+
+ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+NA_VALUES = {"", "n/a", "[n/a]", "not supported", "[not supported]", "unknown error", "none", "not available"}
+
+# clock event reasons that mean the GPU is actively being slowed down (gpu_idle, sync_boost,
+# applications/display clock settings are not throttling)
+THROTTLE_REASONS = (
+    "sw_power_cap",
+    "hw_slowdown",
+    "hw_thermal_slowdown",
+    "hw_power_brake_slowdown",
+    "sw_thermal_slowdown",
+)
+
+# element names that may carry the versions; R610+ drivers renamed the banner labels to
+# "KMD Version" / "CUDA UMD Version" (the XML names below the first are accepted defensively)
+DRIVER_VERSION_TAGS = ("driver_version", "kmd_version", "kmd_driver_version", "kernel_mode_driver_version")
+CUDA_VERSION_TAGS = ("cuda_version", "cuda_umd_version", "umd_version", "cuda_user_mode_driver_version")
+
+TOPO_LEVELS = ("PIX", "PXB", "PHB", "NODE", "SYS")
+
+
+# --------------------------------------------------------------------------- helpers
+def clean(value):
+    """Strip a text value; map N/A-like strings to None."""
+    if value is None:
+        return None
+    value = value.strip()
+    if value.lower() in NA_VALUES:
+        return None
+    return value
+
+
+def _text(elem, path):
+    if elem is None:
+        return None
+    found = elem.find(path)
+    if found is None:
+        return None
+    return clean(found.text)
+
+
+def to_int(value):
+    """First integer in a value like ``32 C`` / ``0 us`` / ``-2 C``; None when absent."""
+    if value is None:
+        return None
+    m = re.search(r"-?\d+", str(value))
+    return int(m.group(0)) if m else None
+
+
+def to_float(value):
+    if value is None:
+        return None
+    m = re.search(r"-?\d+(?:\.\d+)?", str(value))
+    return float(m.group(0)) if m else None
+
+
+def _yes_no(value):
+    if value is None:
+        return None
+    v = value.strip().lower()
+    if v in ("yes", "true", "active", "enabled"):
+        return True
+    if v in ("no", "false", "not active", "disabled"):
+        return False
+    return None
+
+
+def normalize_pci_bus_id(value):
+    """``00000000:18:00.0`` -> ``0000:18:00.0`` (lower case, 4-digit domain); ``18:00.0`` -> ``0000:18:00.0``."""
+    if value is None:
+        return None
+    v = value.strip().lower()
+    m = re.match(r"^(?:([0-9a-f]+):)?([0-9a-f]{1,2}):([0-9a-f]{1,2})\.([0-7])$", v)
+    if not m:
+        return v or None
+    domain = int(m.group(1) or "0", 16)
+    return "%04x:%02x:%02x.%s" % (domain, int(m.group(2), 16), int(m.group(3), 16), m.group(4))
+
+
+# --------------------------------------------------------------------------- banner
+def parse_banner(text):
+    """Driver/CUDA versions from a text banner: ``Driver Version: x`` or R610+ ``KMD Version: x``,
+    ``CUDA Version: y`` or ``CUDA UMD Version: y`` (works on plain ``nvidia-smi`` and ``nvidia-smi -q``)."""
+    out = {"driver_version": None, "cuda_version": None}
+    if not text:
+        return out
+    text = ANSI_RE.sub("", text)
+    m = re.search(r"(?:KMD|Driver) Version\s*:\s*([0-9][0-9.]*)", text)
+    if m:
+        out["driver_version"] = m.group(1)
+    m = re.search(r"CUDA (?:UMD )?Version\s*:\s*([0-9][0-9.]*)", text)
+    if m:
+        out["cuda_version"] = m.group(1)
+    return out
+
+
+# --------------------------------------------------------------------------- nvidia-smi -q -x
+def _first_tag(root, tags):
+    for tag in tags:
+        v = _text(root, tag)
+        if v:
+            return v
+    return None
+
+
+def _clock_reasons(gpu):
+    """Active clock event reasons, accepting the new and the old (<clocks_throttle_reasons>) element names."""
+    active = []
+    for container, prefixes in (
+        ("clocks_event_reasons", ("clocks_event_reason_",)),
+        ("clocks_throttle_reasons", ("clocks_throttle_reason_", "clocks_event_reason_")),
+    ):
+        elem = gpu.find(container)
+        if elem is None:
+            continue
+        for child in elem:
+            name = child.tag
+            for prefix in prefixes:
+                if name.startswith(prefix):
+                    name = name[len(prefix):]
+                    break
+            if name == "gpu_idle":
+                continue
+            if (clean(child.text) or "").lower() == "active" and name not in active:
+                active.append(name)
+    return active
+
+
+def _ecc(gpu):
+    mode = _text(gpu, "ecc_mode/current_ecc")
+    out = {"mode": mode}
+    for scope in ("volatile", "aggregate"):
+        base = "ecc_errors/" + scope
+        elem = gpu.find(base)
+        unc = corr = None
+        if elem is not None:
+            for child in elem:
+                n = to_int(clean(child.text))
+                if n is None:
+                    continue
+                tag = child.tag
+                if "uncorrectable" in tag or tag.startswith("double_bit"):
+                    unc = (unc or 0) + n
+                elif "correctable" in tag or tag.startswith("single_bit"):
+                    corr = (corr or 0) + n
+            # old drivers: <single_bit><total>, <double_bit><total>
+            for sub, key in (("single_bit/total", "corr"), ("double_bit/total", "unc")):
+                n = to_int(_text(elem, sub))
+                if n is not None:
+                    if key == "corr":
+                        corr = (corr or 0) + n
+                    else:
+                        unc = (unc or 0) + n
+        out[scope + "_uncorrectable"] = unc
+        out[scope + "_correctable"] = corr
+    return {
+        "mode": out["mode"],
+        "volatile_uncorrectable": out["volatile_uncorrectable"],
+        "aggregate_uncorrectable": out["aggregate_uncorrectable"],
+        "volatile_correctable": out["volatile_correctable"],
+        "aggregate_correctable": out["aggregate_correctable"],
+    }
+
+
+def _retired_pages(gpu):
+    rp = gpu.find("retired_pages")
+    single = to_int(_text(rp, "multiple_single_bit_retirement/retired_count"))
+    double = to_int(_text(rp, "double_bit_retirement/retired_count"))
+    pending_txt = _text(rp, "pending_retirement") or _text(rp, "pending_blacklist")
+    return {"single_bit": single, "double_bit": double, "pending": _yes_no(pending_txt)}
+
+
+def _remapped_rows(gpu):
+    rr = gpu.find("remapped_rows")
+    return {
+        "correctable": to_int(_text(rr, "remapped_row_corr")),
+        "uncorrectable": to_int(_text(rr, "remapped_row_unc")),
+        "pending": _yes_no(_text(rr, "remapped_row_pending")),
+        "failure": _yes_no(_text(rr, "remapped_row_failure")),
+    }
+
+
+def _fabric(gpu):
+    fab = gpu.find("fabric")
+    if fab is None:
+        return {"state": None, "status": None, "clique_id": None, "cluster_uuid": None, "health": {}}
+    health = {}
+    h = fab.find("health")
+    if h is not None:
+        for child in h:
+            health[child.tag] = clean(child.text)
+    return {
+        "state": _text(fab, "state"),
+        "status": _text(fab, "status"),
+        "clique_id": _text(fab, "cliqueId") or _text(fab, "clique_id"),
+        "cluster_uuid": _text(fab, "clusterUuid") or _text(fab, "cluster_uuid"),
+        "health": health,
+    }
+
+
+def _temperatures(gpu):
+    t = gpu.find("temperature")
+    # absolute thresholds (most drivers); 580+ on Hopper/Blackwell may print only T.Limit-relative values,
+    # which are NOT absolute temperatures: they stay None then and temp_tlimit_c carries the headroom.
+    return {
+        "temperature_c": to_int(_text(t, "gpu_temp")),
+        "temp_slowdown_c": to_int(_text(t, "gpu_temp_slow_threshold")),
+        "temp_shutdown_c": to_int(_text(t, "gpu_temp_max_threshold")),
+        "temp_max_gpu_c": to_int(_text(t, "gpu_temp_max_gpu_threshold") or _text(t, "gpu_target_temperature")),
+        "temp_tlimit_c": to_int(_text(t, "gpu_temp_tlimit")),
+    }
+
+
+def _power_limit(gpu):
+    for path in ("gpu_power_readings/current_power_limit", "power_readings/power_limit",
+                 "gpu_power_readings/enforced_power_limit", "power_readings/enforced_power_limit"):
+        v = to_float(_text(gpu, path))
+        if v is not None:
+            return v
+    return None
+
+
+def parse_smi_xml(text):
+    """Parse ``nvidia-smi -q -x``. Returns {driver_version, cuda_version, attached_gpus, gpus: [...]}.
+
+    Raises ValueError when the text is not nvidia-smi XML.
+    """
+    if not text or not text.strip():
+        raise ValueError("empty output")
+    try:
+        root = ET.fromstring(text.strip().encode("utf-8") if isinstance(text, str) else text)
+    except ET.ParseError as exc:
+        raise ValueError("not XML: %s" % exc)
+    if root.tag != "nvidia_smi_log":
+        raise ValueError("unexpected root element <%s> (expected <nvidia_smi_log>)" % root.tag)
+    gpus = []
+    for index, gpu in enumerate(root.findall("gpu")):
+        pci = normalize_pci_bus_id(_text(gpu, "pci/pci_bus_id") or gpu.get("id"))
+        numa_txt = _text(gpu, "numa_node") or _text(gpu, "pci/numa_node")
+        entry = {
+            "index": index,
+            "name": _text(gpu, "product_name"),
+            "uuid": _text(gpu, "uuid"),
+            "pci_bus_id": pci,
+            "numa_node": to_int(numa_txt),
+            "memory_total_mib": to_int(_text(gpu, "fb_memory_usage/total")),
+            "vbios_version": _text(gpu, "vbios_version"),
+        }
+        entry.update(_temperatures(gpu))
+        reasons = _clock_reasons(gpu)
+        entry.update({
+            "power_limit_w": _power_limit(gpu),
+            "clock_event_reasons_active": reasons,
+            "throttled": any(r in THROTTLE_REASONS for r in reasons),
+            "ecc": _ecc(gpu),
+            "retired_pages": _retired_pages(gpu),
+            "remapped_rows": _remapped_rows(gpu),
+            "fabric": _fabric(gpu),
+        })
+        gpus.append(entry)
+    return {
+        "driver_version": _first_tag(root, DRIVER_VERSION_TAGS),
+        "cuda_version": _first_tag(root, CUDA_VERSION_TAGS),
+        "attached_gpus": to_int(_text(root, "attached_gpus")),
+        "gpus": gpus,
+    }
+
+
+# --------------------------------------------------------------------------- topo -m
+def _split_row(line):
+    if "\t" in line:
+        return [c.strip() for c in line.split("\t")]
+    return [c.strip() for c in re.split(r"\s{2,}", line)]
+
+
+def parse_topo(text):
+    """Parse ``nvidia-smi topo -m``.
+
+    Returns {nic_columns_present, gpu_gpu, gpu_nic, cpu_affinity, numa_affinity, gpu_numa_id, nic_legend}.
+    GPU keys are index strings, NIC keys are legend names (``mlx5_0``) or the column name when no legend.
+    """
+    out = {"nic_columns_present": False, "gpu_gpu": {}, "gpu_nic": {}, "cpu_affinity": {},
+           "numa_affinity": {}, "gpu_numa_id": {}, "nic_legend": {}}
+    if not text:
+        return out
+    lines = [ANSI_RE.sub("", ln).rstrip("\r\n") for ln in text.splitlines()]
+    legend = {}
+    for ln in lines:
+        m = re.match(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$", ln)
+        if m:
+            legend[m.group(1)] = m.group(2)
+    out["nic_legend"] = legend
+    header = None
+    for i, ln in enumerate(lines):
+        if re.search(r"\bGPU0\b", ln) and not ln.lstrip().startswith("GPU0 "):
+            cells = [c for c in _split_row(ln) if c]
+            if cells and cells[0] == "GPU0":
+                header = (i, cells)
+                break
+    if header is None:
+        return out
+    hidx, cols = header
+    matrix_cols = [c for c in cols if re.match(r"^(GPU|NIC)\d+$", c)]
+    named_cols = cols[len(matrix_cols):]
+    out["nic_columns_present"] = any(c.startswith("NIC") for c in matrix_cols)
+    for ln in lines[hidx + 1:]:
+        if not ln.strip():
+            break
+        cells = _split_row(ln)
+        if not cells or not re.match(r"^GPU\d+$", cells[0]):
+            continue
+        gpu = cells[0][3:]
+        values = cells[1:]
+        mvals, rest = values[:len(matrix_cols)], values[len(matrix_cols):]
+        for col, val in zip(matrix_cols, mvals):
+            if val == "X":
+                continue
+            if col.startswith("GPU"):
+                out["gpu_gpu"].setdefault(gpu, {})[col[3:]] = val
+            else:
+                out["gpu_nic"].setdefault(gpu, {})[legend.get(col, col)] = val
+        rest_nonempty = [v for v in rest if v != ""]
+        if len(rest_nonempty) != len(named_cols):
+            rest_nonempty = rest[:len(named_cols)]
+        named = dict(zip(named_cols, rest_nonempty))
+        for col, key in (("CPU Affinity", "cpu_affinity"), ("NUMA Affinity", "numa_affinity"),
+                         ("GPU NUMA ID", "gpu_numa_id")):
+            if col in named:
+                out[key][gpu] = clean(named[col])
+    return out
+
+
+# --------------------------------------------------------------------------- nvlink -s
+def parse_nvlink_status(text):
+    """Parse ``nvidia-smi nvlink -s``: {gpu_index(int): {link(int): speed_gbps(float) or None when inactive}}.
+
+    Empty output (single GPU, no NVLink) gives {}.
+    """
+    out = {}
+    current = None
+    for ln in (text or "").splitlines():
+        ln = ANSI_RE.sub("", ln)
+        m = re.match(r"^\s*GPU\s+(\d+)\s*:", ln)
+        if m:
+            current = int(m.group(1))
+            out.setdefault(current, {})
+            continue
+        m = re.match(r"^\s*Link\s+(\d+)\s*:\s*(.*?)\s*$", ln)
+        if m and current is not None:
+            val = m.group(2)
+            speed = None
+            sm = re.match(r"^(\d+(?:\.\d+)?)\s*GB/s", val)
+            if sm:
+                speed = float(sm.group(1))
+            out[current][int(m.group(1))] = speed
+    return out
+
+
+def nvlink_summary(links):
+    """Per-GPU NVLink summary from {link: speed or None}."""
+    up = sorted(n for n, s in links.items() if s is not None)
+    down = sorted(n for n, s in links.items() if s is None)
+    speeds = [links[n] for n in up]
+    speed = None
+    if speeds:
+        # most common per-link speed, ties -> the lowest (conservative)
+        speed = sorted(set(speeds), key=lambda s: (-speeds.count(s), s))[0]
+    return {"links_total": len(links), "links_up": len(up), "links_down": len(down),
+            "down_links": down, "speed_gbps": speed}
+
+
+# --------------------------------------------------------------------------- sysfs
+def sysfs_numa_node(sysfs_root, pci_bus_id):
+    """NUMA node of a PCI device from ``<sysfs_root>/bus/pci/devices/<addr>/numa_node`` (-1/absent -> None)."""
+    if not pci_bus_id:
+        return None
+    path = os.path.join(sysfs_root or "/sys", "bus", "pci", "devices", pci_bus_id, "numa_node")
+    try:
+        with open(path) as fh:
+            n = int(fh.read().strip())
+    except (OSError, ValueError):
+        return None
+    return n if n >= 0 else None
+
+
+def _single_int(value):
+    if value is None:
+        return None
+    return int(value) if re.match(r"^\d+$", value.strip()) else None
+
+
+# --------------------------------------------------------------------------- build + health
+def build_gpu_topology(xml_text, topo_text, nvlink_text, sysfs_root="/sys", banner_text=None):
+    """Build the ``gpu_topology`` fact. Raises ValueError when the XML is unreadable."""
+    smi = parse_smi_xml(xml_text)
+    topo = parse_topo(topo_text)
+    nvl = parse_nvlink_status(nvlink_text)
+    driver = smi["driver_version"]
+    cuda = smi["cuda_version"]
+    if (driver is None or cuda is None) and banner_text:
+        b = parse_banner(banner_text)
+        driver = driver or b["driver_version"]
+        cuda = cuda or b["cuda_version"]
+    gpus = []
+    for g in smi["gpus"]:
+        key = str(g["index"])
+        if g["numa_node"] is None:
+            g["numa_node"] = _single_int(topo["numa_affinity"].get(key))
+        if g["numa_node"] is None:
+            g["numa_node"] = sysfs_numa_node(sysfs_root, g["pci_bus_id"])
+        g["nvlink"] = nvlink_summary(nvl.get(g["index"], {}))
+        gpus.append(g)
+    result = {
+        "driver_version": driver,
+        "cuda_version": cuda,
+        "gpu_count": len(gpus),
+        "gpus": gpus,
+        "topology": {
+            "nic_columns_present": topo["nic_columns_present"],
+            "gpu_gpu": topo["gpu_gpu"],
+            "gpu_nic": topo["gpu_nic"],
+            "cpu_affinity": topo["cpu_affinity"],
+            "numa_affinity": topo["numa_affinity"],
+        },
+    }
+    result["problems"] = [p["message"] for p in health_problems(result)]
+    return result
+
+
+HEALTH_CHECKS = ("gpu_count", "gpu_model", "nvlink", "ecc", "remapped_rows", "throttle", "fabric")
+
+
+def health_problems(gpu_topology, expected=None, policies=None, host=None):
+    """Check a ``gpu_topology`` fact; return a list of problem dicts.
+
+    expected: {gpu_count: int|None, gpu_model: str|None, nvlink_links: int|None (links per GPU),
+               fabric_state: str (default "Completed"), fabric_required: bool (default False: a GPU that
+               reports no fabric state at all passes)}. Missing keys -> that expectation is not checked
+               (the NVLink check then only reports links listed as inactive).
+    policies: {check: "fail"|"warn"|"ignore"} for the checks in HEALTH_CHECKS (default "fail").
+    Each problem: {host, gpu, pci, check, severity, expected, actual, message}; gpu/pci are None for
+    host-wide checks. Problems whose policy is "ignore" are dropped.
+    """
+    expected = expected or {}
+    policies = policies or {}
+    gpus = gpu_topology.get("gpus") or []
+    problems = []
+    prefix = "%s: " % host if host else ""
+
+    def add(check, gpu, exp, actual, text):
+        severity = policies.get(check, "fail")
+        if severity == "ignore":
+            return
+        where = "GPU %s (%s): " % (gpu["index"], gpu.get("pci_bus_id")) if gpu is not None else ""
+        problems.append({
+            "host": host, "gpu": gpu["index"] if gpu is not None else None,
+            "pci": gpu.get("pci_bus_id") if gpu is not None else None,
+            "check": check, "severity": severity, "expected": exp, "actual": actual,
+            "message": "%s%s%s" % (prefix, where, text),
+        })
+
+    exp_count = expected.get("gpu_count")
+    count = gpu_topology.get("gpu_count", len(gpus))
+    if exp_count is not None and count != exp_count:
+        add("gpu_count", None, exp_count, count, "%d GPUs visible to nvidia-smi, expected %d" % (count, exp_count))
+    exp_model = expected.get("gpu_model")
+    exp_links = expected.get("nvlink_links")
+    exp_fabric = expected.get("fabric_state", "Completed")
+    for g in gpus:
+        if exp_model and g.get("name") != exp_model:
+            add("gpu_model", g, exp_model, g.get("name"), "model %r, expected %r" % (g.get("name"), exp_model))
+        nv = g.get("nvlink") or {}
+        down = nv.get("down_links") or []
+        up = nv.get("links_up") or 0
+        if down or (exp_links is not None and up < exp_links):
+            exp_txt = exp_links if exp_links is not None else nv.get("links_total")
+            missing = (exp_links - (nv.get("links_total") or 0)) if exp_links is not None else 0
+            detail = "links %s" % ", ".join(str(n) for n in down) if down else "no inactive links listed"
+            if missing > 0:
+                detail += "; %d links not reported" % missing
+            add("nvlink", g, exp_txt, up, "%d NVLink links down (%s); expected %s links up, %d up" % (
+                (exp_txt or 0) - up if exp_txt is not None else len(down), detail, exp_txt, up))
+        ecc = g.get("ecc") or {}
+        vol = ecc.get("volatile_uncorrectable") or 0
+        agg = ecc.get("aggregate_uncorrectable") or 0
+        if vol or agg:
+            add("ecc", g, 0, {"volatile": vol, "aggregate": agg},
+                "uncorrectable ECC errors: volatile %d, aggregate %d; expected 0" % (vol, agg))
+        rr = g.get("remapped_rows") or {}
+        if rr.get("failure") or rr.get("pending"):
+            what = " and ".join(w for w, flag in (("remap failure", rr.get("failure")),
+                                                  ("remap pending (reset needed)", rr.get("pending"))) if flag)
+            add("remapped_rows", g, "no failure, no pending", {"failure": rr.get("failure"), "pending": rr.get("pending")},
+                "row remapping: %s (%s uncorrectable rows remapped); expected no failure and nothing pending" % (
+                    what, rr.get("uncorrectable")))
+        if g.get("throttled"):
+            active = [r for r in g.get("clock_event_reasons_active") or [] if r in THROTTLE_REASONS]
+            add("throttle", g, [], active, "clocks throttled by %s (temperature %s C, power limit %s W); expected none" % (
+                ", ".join(active), g.get("temperature_c"), g.get("power_limit_w")))
+        state = (g.get("fabric") or {}).get("state")
+        if exp_fabric and state != exp_fabric and (state is not None or expected.get("fabric_required")):
+            add("fabric", g, exp_fabric, state, "fabric state %s (status %s), expected %s" % (
+                state if state is not None else "not reported", (g.get("fabric") or {}).get("status"), exp_fabric))
+    return problems

@@ -1,0 +1,363 @@
+# -*- coding: utf-8 -*-
+"""Read RDMA NIC facts (ConnectX / BlueField) from sysfs and vendor tools into ``rdma_nics``.
+
+Schema: docs/CONTRACTS.md. Plain stdlib functions, no Ansible imports.
+
+Sources:
+  * ``<sysfs_root>/class/infiniband/<dev>/`` (fw_ver, board_id, node_type, ports/<n>/{state,rate,link_layer},
+    device -> the PCI device with vendor/device/numa_node/net/)
+  * ``<sysfs_root>/module/mlx5_core/version`` (present only for OFED/DOCA-built drivers, not inbox)
+  * ``ofed_info -s`` (:func:`parse_ofed_info`), ``mlxfwmanager --query`` (:func:`parse_mlxfwmanager`),
+    ``ibstat`` (:func:`parse_ibstat`, optional)
+
+:func:`build_rdma_nics` combines them and marks devices unusable with reasons.
+"""
+from __future__ import annotations
+
+import os
+import re
+
+MELLANOX_VENDOR = "15b3"
+PCI_MODELS = {
+    "1021": "ConnectX-7",
+    "1023": "ConnectX-8",
+    "1025": "ConnectX-9",
+    "a2dc": "BlueField-3",
+}
+CA_TYPE_MODELS = {"MT4129": "ConnectX-7", "MT4131": "ConnectX-8", "MT4133": "ConnectX-9", "MT41692": "BlueField-3"}
+DATA_NIC_MODELS = ("ConnectX-8", "ConnectX-9")
+
+LEGACY_RE = re.compile(r"(?<![\d.])(\d{1,2})\.(\d{2})-(\d+)\.(\d+)\.(\d+)(?:\.(\d+))?(?![\d])")
+YYMM_RE = re.compile(r"(?<![\d.])(\d{2})(\d{2})\.(\d+)\.(\d+)(?:\.(\d+))?(?![\d])")
+
+
+# --------------------------------------------------------------------------- small readers
+def _read(path):
+    try:
+        with open(path) as fh:
+            return fh.read().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _listdir(path):
+    try:
+        return sorted(os.listdir(path))
+    except OSError:
+        return []
+
+
+def normalize_pci(value):
+    """``0000:1A:00.0`` / ``1a:00.0`` -> ``0000:1a:00.0``; None when not a PCI address."""
+    if not value:
+        return None
+    v = value.strip().lower()
+    m = re.match(r"^(?:([0-9a-f]{1,8}):)?([0-9a-f]{1,2}):([0-9a-f]{1,2})\.([0-7])$", v)
+    if not m:
+        return None
+    return "%04x:%02x:%02x.%s" % (int(m.group(1) or "0", 16), int(m.group(2), 16), int(m.group(3), 16), m.group(4))
+
+
+# --------------------------------------------------------------------------- versions
+def parse_driver_version(text):
+    """Parse an OFED/DOCA driver version string.
+
+    ``25.10-1.2.2`` / ``24.10-3.2.5.0`` -> scheme ``legacy``; ``2607.0.100`` (YYMM.x.y, DOCA-OFED >= 26.07) ->
+    scheme ``yymm``. Returns {version, scheme, year, month, key} (``key`` is a tuple that orders releases
+    across both schemes: (yy, mm, rest...)) or None when nothing matches.
+    """
+    if not text:
+        return None
+    m = LEGACY_RE.search(text)
+    if m:
+        nums = [int(x) for x in m.groups() if x is not None]
+        ver = "%s.%s-%s" % (m.group(1), m.group(2), ".".join(x for x in m.groups()[2:] if x is not None))
+        return {"version": ver, "scheme": "legacy", "year": nums[0], "month": nums[1], "key": tuple(nums)}
+    m = YYMM_RE.search(text)
+    if m and 1 <= int(m.group(2)) <= 12:
+        nums = [int(x) for x in m.groups() if x is not None]
+        ver = "%s%s.%s" % (m.group(1), m.group(2), ".".join(x for x in m.groups()[2:] if x is not None))
+        return {"version": ver, "scheme": "yymm", "year": nums[0], "month": nums[1], "key": tuple(nums)}
+    return None
+
+
+def parse_ofed_info(text):
+    """Parse ``ofed_info -s``: ``MLNX_OFED_LINUX-24.10-3.2.5.0:`` or ``OFED-internal-25.10-1.7.1:``.
+
+    Returns {raw, flavour (mlnx_ofed|doca_ofed|None), version} or None for empty output.
+    """
+    if not text or not text.strip():
+        return None
+    raw = text.strip().splitlines()[0].strip().rstrip(":").strip()
+    flavour = None
+    if raw.startswith("MLNX_OFED_LINUX-"):
+        flavour = "mlnx_ofed"
+    elif raw.startswith("OFED-internal-") or raw.upper().startswith("DOCA"):
+        flavour = "doca_ofed"
+    parsed = parse_driver_version(raw)
+    return {"raw": raw, "flavour": flavour, "version": parsed["version"] if parsed else None}
+
+
+def driver_facts(sysfs_root, ofed_info_text=None, kernel_release=None):
+    """The ``driver`` part of ``rdma_nics``.
+
+    flavour: ``absent`` (no mlx5_core module in sysfs), ``inbox`` (module without a version file),
+    ``doca_ofed`` (ofed_info says OFED-internal-..., or version 25.x+ / yymm scheme), ``mlnx_ofed``
+    (ofed_info says MLNX_OFED_LINUX-..., or version 24.x and older).
+    """
+    root = sysfs_root or "/sys"
+    ofed = parse_ofed_info(ofed_info_text)
+    mod_dir = os.path.join(root, "module", "mlx5_core")
+    module_version = _read(os.path.join(mod_dir, "version"))
+    if module_version is None:
+        module_version = _read(os.path.join(root, "bus", "pci", "drivers", "mlx5_core", "module", "version"))
+    has_module = os.path.isdir(mod_dir) or os.path.isdir(os.path.join(root, "bus", "pci", "drivers", "mlx5_core"))
+    out = {"flavour": "absent", "version": None, "version_scheme": None,
+           "ofed_info": ofed["raw"] if ofed else None}
+    if module_version is None:
+        if has_module:
+            out.update(flavour="inbox", version=kernel_release, version_scheme="kernel")
+        return out
+    parsed = parse_driver_version(module_version)
+    if parsed is None and ofed and ofed["version"]:
+        parsed = parse_driver_version(ofed["version"])
+    if parsed is None:
+        out.update(flavour="unknown", version=module_version, version_scheme=None)
+        return out
+    if ofed and ofed["flavour"]:
+        flavour = ofed["flavour"]
+    elif parsed["scheme"] == "yymm" or parsed["year"] >= 25:
+        flavour = "doca_ofed"
+    else:
+        flavour = "mlnx_ofed"
+    out.update(flavour=flavour, version=parsed["version"], version_scheme=parsed["scheme"])
+    return out
+
+
+# --------------------------------------------------------------------------- mlxfwmanager / ibstat
+_KV_RE = re.compile(r"^\s*([A-Za-z][A-Za-z0-9 ./]*?):\s*(.*?)\s*$")
+_VER_ROW_RE = re.compile(r"^\s+([A-Za-z0-9_]+(?: \([A-Za-z ]+\))?)\s{2,}(\S+)(?:\s+(\S+))?\s*$")
+
+
+def _na(v):
+    return None if v is None or v.strip().upper() in ("", "N/A", "NA", "-") else v.strip()
+
+
+def parse_mlxfwmanager(text):
+    """Parse ``mlxfwmanager --query`` (also ``mlxup --query``).
+
+    Returns a list of {device_type, part_number, description, psid, pci_device_name, pci_address,
+    base_guid, base_mac, fw_current, fw_available, fw_running, status}. ``fw_running`` comes from the
+    ``FW (Running)`` row that appears while a newly flashed image waits for a reset; then ``fw_current``
+    (the ``FW`` row) is the flashed image. A device block without any FW row is skipped.
+    """
+    devices = []
+    cur = None
+    in_versions = False
+    for ln in (text or "").splitlines():
+        if re.match(r"^\s*Device\s+#\d+\s*:", ln):
+            cur = {"device_type": None, "part_number": None, "description": None, "psid": None,
+                   "pci_device_name": None, "pci_address": None, "base_guid": None, "base_mac": None,
+                   "fw_current": None, "fw_available": None, "fw_running": None, "status": None}
+            devices.append(cur)
+            in_versions = False
+            continue
+        if cur is None:
+            continue
+        if in_versions:
+            m = _VER_ROW_RE.match(ln)
+            if m and ":" not in m.group(1):
+                name = m.group(1)
+                if name == "FW":
+                    cur["fw_current"], cur["fw_available"] = _na(m.group(2)), _na(m.group(3))
+                elif name.startswith("FW (Running"):
+                    cur["fw_running"] = _na(m.group(2))
+                continue
+            in_versions = False
+        m = _KV_RE.match(ln)
+        if not m:
+            continue
+        key, val = m.group(1).strip().lower(), m.group(2)
+        if key == "versions":
+            in_versions = True
+        elif key == "device type":
+            cur["device_type"] = _na(val)
+        elif key == "part number":
+            cur["part_number"] = _na(val)
+        elif key == "description":
+            cur["description"] = _na(val)
+        elif key == "psid":
+            cur["psid"] = _na(val)
+        elif key == "pci device name":
+            cur["pci_device_name"] = _na(val)
+            cur["pci_address"] = normalize_pci(val)
+        elif key == "base guid":
+            cur["base_guid"] = _na(val)
+        elif key == "base mac":
+            cur["base_mac"] = _na(val)
+        elif key == "status":
+            cur["status"] = _na(val)
+    return devices
+
+
+def parse_ibstat(text):
+    """Parse ``ibstat``: {ca_name: {ca_type, fw_ver, ports: {n: {state, rate, link_layer}}}}."""
+    out = {}
+    ca = port = None
+    for ln in (text or "").splitlines():
+        m = re.match(r"^CA '([^']+)'", ln)
+        if m:
+            ca = out.setdefault(m.group(1), {"ca_type": None, "fw_ver": None, "ports": {}})
+            port = None
+            continue
+        if ca is None:
+            continue
+        m = re.match(r"^\s*Port (\d+):\s*$", ln)
+        if m:
+            port = ca["ports"].setdefault(int(m.group(1)), {})
+            continue
+        m = _KV_RE.match(ln)
+        if not m:
+            continue
+        key, val = m.group(1).strip().lower(), m.group(2)
+        if port is None:
+            if key == "ca type":
+                ca["ca_type"] = val
+            elif key == "firmware version":
+                ca["fw_ver"] = val
+        elif key in ("state", "rate", "link layer"):
+            port[key.replace(" ", "_")] = val
+    return out
+
+
+# --------------------------------------------------------------------------- sysfs
+def _port_facts(port_dir, port_name):
+    state_raw = _read(os.path.join(port_dir, "state")) or ""
+    m = re.match(r"^\s*(\d+)\s*:\s*(\S+)", state_raw)
+    state, code = (m.group(2), int(m.group(1))) if m else ((state_raw or None), None)
+    rate = _read(os.path.join(port_dir, "rate"))
+    rate_gbps = None
+    if rate:
+        rm = re.match(r"^\s*(\d+(?:\.\d+)?)\s*Gb/sec", rate)
+        if rm:
+            f = float(rm.group(1))
+            rate_gbps = int(f) if f.is_integer() else f
+    try:
+        port_no = int(port_name)
+    except ValueError:
+        port_no = port_name
+    return {"port": port_no, "state": state, "state_code": code, "rate_gbps": rate_gbps, "rate": rate,
+            "link_layer": _read(os.path.join(port_dir, "link_layer"))}
+
+
+def read_ib_devices(sysfs_root):
+    """Raw per-device facts from ``<sysfs_root>/class/infiniband``; sorted by name."""
+    base = os.path.join(sysfs_root or "/sys", "class", "infiniband")
+    devices = []
+    for name in _listdir(base):
+        d = os.path.join(base, name)
+        pci_dev = os.path.join(d, "device")
+        pci_address = None
+        if os.path.exists(pci_dev):
+            pci_address = normalize_pci(os.path.basename(os.path.realpath(pci_dev)))
+        dev_id = (_read(os.path.join(pci_dev, "device")) or "").lower().replace("0x", "") or None
+        vendor = (_read(os.path.join(pci_dev, "vendor")) or "").lower().replace("0x", "") or None
+        numa = _read(os.path.join(pci_dev, "numa_node"))
+        try:
+            numa = int(numa) if numa is not None else None
+        except ValueError:
+            numa = None
+        if numa is not None and numa < 0:
+            numa = None
+        node_type_raw = _read(os.path.join(d, "node_type")) or ""
+        nm = re.match(r"^\s*\d+\s*:\s*(\S+)", node_type_raw)
+        node_type = nm.group(1) if nm else (node_type_raw or None)
+        ports = [_port_facts(os.path.join(d, "ports", p), p)
+                 for p in sorted(_listdir(os.path.join(d, "ports")), key=lambda x: (len(x), x))]
+        model = PCI_MODELS.get(dev_id, "unknown") if vendor in (None, MELLANOX_VENDOR) else "unknown"
+        if model == "unknown":
+            model = CA_TYPE_MODELS.get("MT" + (_read(os.path.join(d, "hca_type")) or "").replace("MT", ""), "unknown")
+        devices.append({
+            "name": name,
+            "pci_address": pci_address,
+            "pci_device_id": dev_id,
+            "model": model,
+            "fw_ver": _read(os.path.join(d, "fw_ver")),
+            "psid": _read(os.path.join(d, "board_id")),
+            "node_guid": _read(os.path.join(d, "node_guid")),
+            "node_type": node_type,
+            "numa_node": numa,
+            "netdevs": _listdir(os.path.join(pci_dev, "net")),
+            "ports": ports,
+        })
+    return devices
+
+
+# --------------------------------------------------------------------------- build
+def _match_fw(dev, fw_list):
+    """The mlxfwmanager record for a sysfs device: by PCI address, then node GUID, then a unique PSID."""
+    for rec in fw_list:
+        if rec["pci_address"] and rec["pci_address"] == dev["pci_address"]:
+            return rec
+    guid = (dev.get("node_guid") or "").replace(":", "").lower()
+    if guid:
+        for rec in fw_list:
+            if (rec["base_guid"] or "").replace(":", "").lower() == guid:
+                return rec
+    same = [r for r in fw_list if r["psid"] and r["psid"] == dev.get("psid")]
+    if len(same) == 1 and len([1 for r in fw_list if r["psid"] == dev.get("psid")]) == 1:
+        return same[0]
+    return None
+
+
+def build_rdma_nics(sysfs_root="/sys", ofed_info_text=None, mlxfwmanager_text=None, kernel_release=None,
+                    fabric_manager_devices=()):
+    """Build the ``rdma_nics`` fact.
+
+    Role ``fabric_manager``: a ConnectX-7 on a host that also has ConnectX-8/9 NICs (the HGX B300 NVLink
+    management NIC), or any device named in ``fabric_manager_devices``. Those are never usable.
+    A pending firmware image (``fw_pending``) does not make a device unusable: the firmware gate decides.
+    """
+    devices = read_ib_devices(sysfs_root)
+    fw_list = parse_mlxfwmanager(mlxfwmanager_text) if mlxfwmanager_text else []
+    fm_names = set(fabric_manager_devices or ())
+    has_data_gen = any(d["model"] in DATA_NIC_MODELS for d in devices)
+    out_devices = []
+    for d in devices:
+        reasons = []
+        role = "data"
+        if d["name"] in fm_names or (d["model"] == "ConnectX-7" and has_data_gen):
+            role = "fabric_manager"
+            reasons.append("fabric-manager NIC (%s %s): reserved for NVLink management, not for data" % (
+                d["model"], d["pci_address"]))
+        if d["node_type"] != "CA":
+            reasons.append("node_type %s, expected CA" % d["node_type"])
+        if not d["ports"]:
+            reasons.append("no ports in sysfs")
+        active = [p for p in d["ports"] if p["state"] == "ACTIVE"]
+        for p in d["ports"]:
+            if p["state"] != "ACTIVE":
+                reasons.append("port %s state %s, expected ACTIVE" % (p["port"], p["state"]))
+            if (p["link_layer"] or "unknown").lower() not in ("infiniband", "ethernet"):
+                reasons.append("port %s link_layer %s, expected InfiniBand or Ethernet" % (p["port"], p["link_layer"]))
+        rec = _match_fw(d, fw_list)
+        fw_pending = fw_available = fw_status = None
+        if rec:
+            fw_available = rec["fw_available"]
+            fw_status = rec["status"]
+            if rec["fw_running"] and rec["fw_current"] and rec["fw_running"] != rec["fw_current"]:
+                fw_pending = rec["fw_current"]
+            elif rec["fw_current"] and d["fw_ver"] and rec["fw_current"] != d["fw_ver"]:
+                # no "FW (Running)" row, but the flashed image differs from what the running driver reports
+                fw_pending = rec["fw_current"]
+        usable = not reasons and bool(active)
+        dev = dict(d)
+        dev.pop("node_guid", None)
+        dev.update({"role": role, "usable": usable, "unusable_reasons": reasons,
+                    "fw_pending": fw_pending, "fw_available": fw_available, "fw_status": fw_status})
+        out_devices.append(dev)
+    return {
+        "driver": driver_facts(sysfs_root, ofed_info_text, kernel_release),
+        "devices": out_devices,
+        "usable_devices": sorted(d["name"] for d in out_devices if d["usable"] and d["role"] == "data"),
+    }
