@@ -1,0 +1,434 @@
+"""Tests for module_utils/sglang_plan.py: instance derivation, argv rendering, validation, RDMA NIC choice.
+
+The B300 facts built by `synth_b300_facts` below are SYNTHESIZED (shape from docs/CONTRACTS.md; values invented):
+8 GPUs, 8 ConnectX-8 data NICs mlx5_0..7 (NIC i PIX to GPU i, NODE to GPUs on the same NUMA node, SYS across),
+plus a ConnectX-7 fabric-manager NIC mlx5_8 placed PIX to GPU 0 (the nearest of all) so that choosing it would show.
+"""
+import copy
+import json
+import pathlib
+import re
+import shlex
+
+import pytest
+import yaml
+
+from ansible.module_utils import sglang_plan as sp
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+PROFILES = ROOT / "roles" / "sglang_server" / "vars" / "profiles"
+SEED = ROOT.parent / "shared" / "seeds" / "000_41a8a3efb3bcc347.txt"
+
+
+def load_profile(name):
+    return yaml.safe_load((PROFILES / ("%s.yml" % name)).read_text())
+
+
+def catalogs():
+    server = {}
+    for f in (ROOT / "roles" / "sglang_server" / "files" / "options").glob("server-options-*.json"):
+        server[f.stem.replace("server-options-", "")] = json.loads(f.read_text())
+    router = {}
+    for f in (ROOT / "roles" / "sglang_router" / "files" / "options").glob("router-options-*.json"):
+        router[f.stem.replace("router-options-", "")] = json.loads(f.read_text())["options"]
+    return {"server": server, "router": router}
+
+
+def known_combinations():
+    return yaml.safe_load((ROOT / "roles" / "sglang_server" / "vars" / "compat.yml").read_text())["sglang_known_combinations"]
+
+
+def synth_b300_facts(gpu_count=8):
+    """SYNTHESIZED gpu_topology + rdma_nics facts of one HGX B300 host."""
+    gpus = [{"index": i, "pci_bus_id": "0000:%02x:00.0" % (0x18 + 0x10 * i), "numa_node": 0 if i < 4 else 1}
+            for i in range(gpu_count)]
+    gpu_nic = {}
+    for g in range(gpu_count):
+        row = {}
+        for n in range(8):
+            row["mlx5_%d" % n] = "PIX" if n == g else ("NODE" if (n < 4) == (g < 4) else "SYS")
+        row["mlx5_8"] = "PIX" if g == 0 else "SYS"
+        gpu_nic[str(g)] = row
+    topo = {"gpu_count": gpu_count, "gpus": gpus,
+            "topology": {"nic_columns_present": True, "gpu_nic": gpu_nic}}
+    devices = [{"name": "mlx5_%d" % n, "model": "ConnectX-8", "role": "data", "usable": True, "numa_node": 0 if n < 4 else 1,
+                "pci_address": "0000:%02x:00.0" % (0x1a + 0x10 * n)} for n in range(8)]
+    devices.append({"name": "mlx5_8", "model": "ConnectX-7", "role": "fabric_manager", "usable": False, "numa_node": 0,
+                    "pci_address": "0000:0a:00.0"})
+    rdma = {"devices": devices, "usable_devices": ["mlx5_%d" % n for n in range(8)]}
+    return topo, rdma
+
+
+def hosts(profile, facts=True, overrides=None):
+    topo, rdma = synth_b300_facts()
+    groups = {
+        "b300a": ["gpu_nodes", "sglang_router", "sglang_prefill"],
+        "b300b": ["gpu_nodes", "sglang_decode"],
+    }
+    out = []
+    for i, (name, g) in enumerate(sorted(groups.items())):
+        out.append({"name": name, "address": "10.89.30.%d" % (11 + i), "groups": g,
+                    "gpu_topology": copy.deepcopy(topo) if facts else None,
+                    "rdma_nics": copy.deepcopy(rdma) if facts else None,
+                    "instance_overrides": (overrides or {}).get(name, {})})
+    return out
+
+
+def settings(**kw):
+    base = {"model_root": "/models", "known_combinations": known_combinations(), "timeouts": {"health": 1800}}
+    base.update(kw)
+    return base
+
+
+def plan(name, profile_overrides=None, host_list=None, **kw):
+    prof = sp.merge_overrides(load_profile(name), profile_overrides or {})
+    return sp.build_plan(prof, host_list if host_list is not None else hosts(name), settings(**kw), catalogs())
+
+
+def by_name(p):
+    return {(i["host"], i["name"]): i for i in p["instances"]}
+
+
+def flag_value(argv, flag):
+    idx = argv.index(flag)
+    return argv[idx + 1]
+
+
+# ---------- seed parsing: what the two recipes say, read from the seed text itself ----------
+
+def seed_blocks():
+    text = SEED.read_text(encoding="utf-8")
+    blocks = {}
+    for key, marker in (("prefill", "# Prefill："), ("decode", "# Decode："), ("pd_router", "Router（Prefill"),
+                        ("kimi_worker", "Worker（两台"), ("kimi_router", "Router（Round")):
+        start = text.index(marker)
+        rest = text[start:]
+        end = rest.index("--enable-cache-report") + len("--enable-cache-report") if "worker" in key or key in ("prefill", "decode") else None
+        if end is None:
+            end = rest.index("--disable-retries") + len("--disable-retries") if key == "pd_router" else rest.index("--cb-window-duration-secs 120") + 30
+        blocks[key] = rest[:end]
+    return blocks
+
+
+def seed_flags(block):
+    """{flag: [values]} and env var names from one seed command block."""
+    flags, env = {}, set()
+    current = None
+    for raw in block.splitlines():
+        line = raw.strip().rstrip("\\").strip()
+        m = re.match(r"^([A-Z][A-Z0-9_]+)=", line)
+        if m:
+            env.add(m.group(1))
+            continue
+        for tok in line.split():
+            if tok.startswith("--"):
+                current = tok
+                flags.setdefault(current, [])
+            elif current and not tok.startswith("#"):
+                flags[current].append(tok)
+    return flags, env
+
+
+LONG = {"--tp": "--tp-size", "--dp": "--dp-size"}
+
+
+@pytest.mark.parametrize("profile,role,block", [
+    ("glm52_pd", "prefill", "prefill"), ("glm52_pd", "decode", "decode"), ("kimi_k3", "worker", "kimi_worker")])
+def test_every_seed_server_flag_and_env_is_in_the_rendered_argv(profile, role, block):
+    flags, env = seed_flags(seed_blocks()[block])
+    assert len(flags) > 25
+    p = plan(profile)
+    assert p["errors"] == []
+    inst = [i for i in p["instances"] if i["role"] == role][0]
+    argv = inst["argv"]
+    for flag, values in flags.items():
+        name = LONG.get(flag, flag)
+        assert name in argv, "%s (seed %s) missing from %s argv" % (name, flag, role)
+        if values and "<" not in values[0]:  # placeholders such as <P0: 30001 | P1: 30002> are checked elsewhere
+            got = flag_value(argv, name)
+            if values[0].startswith("/models/"):
+                assert got == values[0]
+            else:
+                try:
+                    assert float(got) == float(values[0]), (name, got, values)
+                except ValueError:
+                    assert got == values[0], (name, got, values)
+    for var in env - {"CUDA_VISIBLE_DEVICES"}:
+        assert var in inst["env"], var
+    assert "--tp" not in argv and "--dp" not in argv
+
+
+@pytest.mark.parametrize("profile,block", [("glm52_pd", "pd_router"), ("kimi_k3", "kimi_router")])
+def test_every_seed_router_flag_is_in_the_router_argv(profile, block):
+    flags, _env = seed_flags(seed_blocks()[block])
+    p = plan(profile)
+    argv = p["router"]["argv"]
+    for flag, values in flags.items():
+        assert flag in argv, flag
+        if values and "<" not in " ".join(values) and not values[0].startswith("http") and flag not in ("--model-path", "--tokenizer-path"):
+            assert flag_value(argv, flag) == values[0], flag
+
+
+def test_pd_instances_derived_from_inventory():
+    p = plan("glm52_pd")
+    assert p["errors"] == []
+    inst = by_name(p)
+    assert sorted(inst) == [("b300a", "P0"), ("b300a", "P1"), ("b300b", "D0"), ("b300b", "D1")]
+    p0, p1, d0, d1 = inst[("b300a", "P0")], inst[("b300a", "P1")], inst[("b300b", "D0")], inst[("b300b", "D1")]
+    assert (p0["gpus"], p1["gpus"]) == ([0, 1, 2, 3], [4, 5, 6, 7])
+    assert (p0["cuda_visible_devices"], d1["cuda_visible_devices"]) == ("0,1,2,3", "4,5,6,7")
+    assert (p0["port"], p1["port"], d0["port"], d1["port"]) == (30001, 30002, 33002, 33003)
+    assert (p0["nccl_port"], p1["nccl_port"], d0["nccl_port"], d1["nccl_port"]) == (31701, 31702, 34702, 34703)
+    assert (p0["bootstrap_port"], p1["bootstrap_port"], d0["bootstrap_port"]) == (8998, 8999, None)
+    assert flag_value(p0["argv"], "--disaggregation-bootstrap-port") == "8998"
+    assert "--disaggregation-bootstrap-port" not in d0["argv"]
+    assert p0["env"]["NCCL_NVLS_ENABLE"] == "0" and "NCCL_NVLS_ENABLE" not in d0["env"]
+    assert p0["role"] == "prefill" and d0["role"] == "decode"
+    assert p0["unit_name"] == "sglang-glm52_pd-p0.service" and p0["env_file"] == "/etc/sglang/glm52_pd-p0.env"
+    assert p0["argv"][:2] == ["/opt/sglang/0.5.17/bin/sglang", "serve"]
+    assert flag_value(p0["argv"], "--model-path") == "/models/GLM-5.2-NVFP4"
+    assert flag_value(p0["argv"], "--tool-call-parser") == "glm47"
+
+
+def test_pd_router_argv():
+    p = plan("glm52_pd")
+    r = p["router"]
+    assert r["host"] == "b300a" and r["port"] == 30000
+    text = " ".join(r["argv"])
+    assert "--prefill http://10.89.30.11:30001 8998 --prefill http://10.89.30.11:30002 8999" in text
+    assert "--decode http://10.89.30.12:33002 --decode http://10.89.30.12:33003" in text
+    assert flag_value(r["argv"], "--tool-call-parser") == "glm47_moe"  # differs from the server's glm47
+    assert flag_value(r["argv"], "--prometheus-host") == "127.0.0.1"
+    assert r["argv"][:3] == ["/opt/sglang-router/0.3.2/bin/python", "-m", "sglang_router.launch_router"]
+    assert [w["worker_type"] for w in r["workers"]] == ["prefill", "prefill", "decode", "decode"]
+
+
+def test_kimi_instances_and_router():
+    p = plan("kimi_k3")
+    assert p["errors"] == []
+    inst = p["instances"]
+    assert [(i["host"], i["name"], i["port"], i["gpus"]) for i in inst] == [
+        ("b300a", "W0", 30000, list(range(8))), ("b300b", "W0", 30000, list(range(8)))]
+    w = inst[0]
+    assert w["nccl_port"] is None and "--nccl-port" not in w["argv"]
+    assert flag_value(w["argv"], "--tp-size") == "8"
+    assert w["env"]["SGLANG_OPT_DEEPGEMM_MEGA_MOE_NUM_MAX_TOKENS_PER_RANK"] == "8320"
+    assert flag_value(w["argv"], "--speculative-draft-model-path") == "/models/RadixArk/Kimi-K3-DSpark"
+    assert w["argv"][0] == "/opt/sglang/0.5.18/bin/sglang"
+    r = p["router"]
+    i = r["argv"].index("--worker-urls")
+    assert r["argv"][i + 1:i + 3] == ["http://10.89.30.11:30000", "http://10.89.30.12:30000"]
+    assert (r["port"], r["prometheus_port"]) == (30080, 30081)
+    assert flag_value(r["argv"], "--prometheus-port") == "30081"
+
+
+def test_long_option_names_only():
+    for name in ("glm52_pd", "kimi_k3"):
+        p = plan(name)
+        for inst in p["instances"]:
+            assert "--tp-size" in inst["argv"]
+            for tok in inst["argv"]:
+                assert tok not in ("--tp", "--dp", "--ep", "--dcp"), tok
+
+
+def test_ib_devices_nearest_cx8_never_cx7():
+    p = plan("glm52_pd")
+    inst = by_name(p)
+    assert inst[("b300a", "P0")]["ib_devices"] == ["mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3"]
+    assert inst[("b300a", "P1")]["ib_devices"] == ["mlx5_4", "mlx5_5", "mlx5_6", "mlx5_7"]
+    assert flag_value(inst[("b300b", "D1")]["argv"], "--disaggregation-ib-device") == "mlx5_4,mlx5_5,mlx5_6,mlx5_7"
+    for i in p["instances"]:
+        assert "mlx5_8" not in i["ib_devices"]
+
+
+def test_ib_device_when_cx7_is_the_only_pix_nic_and_cx8_is_broken():
+    hl = hosts("glm52_pd")
+    for d in hl[0]["rdma_nics"]["devices"]:
+        if d["name"] == "mlx5_0":
+            d["usable"] = False
+    hl[0]["rdma_nics"]["devices"][8].update({"role": "fabric_manager", "usable": True})  # even if marked usable
+    p = plan("glm52_pd", host_list=hl)
+    p0 = by_name(p)[("b300a", "P0")]
+    assert "mlx5_0" not in p0["ib_devices"] and "mlx5_8" not in p0["ib_devices"]
+    assert p0["ib_devices"][:3] == ["mlx5_1", "mlx5_2", "mlx5_3"]
+
+
+def test_synth_healthy_fixture_when_present(synth_fixtures):
+    d = synth_fixtures / "healthy"
+    facts = [f for f in (d.glob("**/*.json") if d.is_dir() else []) if "rdma" in f.name or "gpu_topology" in f.name]
+    if not facts:
+        pytest.skip("tests/fixtures/synth/healthy has no gpu_topology/rdma_nics JSON yet (hwemu helper)")
+    loaded = {}
+    for f in facts:
+        data = json.loads(f.read_text())
+        data = data.get("ansible_facts", data)
+        for key in ("gpu_topology", "rdma_nics"):
+            if key in data:
+                loaded[key] = data[key]
+            elif ("devices" in data and key == "rdma_nics" and "rdma" in f.name) or ("gpus" in data and key == "gpu_topology" and "gpu" in f.name):
+                loaded[key] = data
+    if set(loaded) != {"gpu_topology", "rdma_nics"}:
+        pytest.skip("synth/healthy facts incomplete: %s" % sorted(loaded))
+    hl = hosts("glm52_pd")
+    for h in hl:
+        h["gpu_topology"], h["rdma_nics"] = loaded["gpu_topology"], loaded["rdma_nics"]
+    p = plan("glm52_pd", host_list=hl)
+    fm = {d["name"] for d in loaded["rdma_nics"]["devices"] if d.get("role") != "data" or d.get("model") != "ConnectX-8"}
+    for i in p["instances"]:
+        assert i["ib_devices"], i["id"]
+        assert not set(i["ib_devices"]) & fm
+
+
+def test_ib_device_override_and_validation():
+    ov = {"b300a": {"P0": {"ib_devices": ["mlx5_0"]}, "P1": {"ib_devices": ["mlx5_9"]}},
+          "b300b": {"D0": {"ib_devices": ["mlx5_8"]}}}
+    p = plan("glm52_pd", host_list=hosts("glm52_pd", overrides=ov))
+    assert by_name(p)[("b300a", "P0")]["ib_devices"] == ["mlx5_0"]
+    errs = "\n".join(p["errors"])
+    assert "b300a/P1: --disaggregation-ib-device mlx5_9 does not exist on b300a; expected one of mlx5_0" in errs
+    assert "b300b/D0: --disaggregation-ib-device mlx5_8 is the fabric-manager NIC (ConnectX-7)" in errs
+
+
+def test_missing_facts_need_explicit_ib_devices():
+    p = plan("glm52_pd", host_list=hosts("glm52_pd", facts=False))
+    assert any("b300a/P0: cannot choose --disaggregation-ib-device" in e and "sglang_instance_overrides.P0.ib_devices" in e
+               for e in p["errors"])
+    # Kimi does not use RDMA: no facts needed
+    assert plan("kimi_k3", host_list=hosts("kimi_k3", facts=False))["errors"] == []
+
+
+# ---------- validation errors ----------
+
+def errors_of(name, **kw):
+    return "\n".join(plan(name, **kw)["errors"])
+
+
+def test_unknown_profile():
+    p = sp.build_plan({"name": "nope"}, hosts("kimi_k3"), settings(), catalogs())
+    assert p["errors"] and "profile 'nope' is unknown" in p["errors"][0]
+
+
+def test_version_not_pinned_and_unknown_combination():
+    e = errors_of("glm52_pd", sglang_version="0.5")
+    assert "sglang version '0.5' is not pinned; expected an exact X.Y.Z such as 0.5.17" in e
+    e = errors_of("glm52_pd", sglang_version="0.5.23")
+    assert "no option catalog for sglang 0.5.23" in e
+    assert "sglang 0.5.23 with sglang-router 0.3.2 is not a known combination; expected one of 0.5.17+0.3.2, 0.5.18+0.3.2" in e
+    e = errors_of("kimi_k3", router_version="0.3.9")
+    assert "sglang-router 0.3.9 is unknown" in e
+    assert "not a known combination" in e
+    e = errors_of("kimi_k3", router_version=">=0.3")
+    assert "sglang-router version '>=0.3' is not pinned" in e
+
+
+def test_version_switch_back_changes_executable_and_catalog():
+    p = plan("glm52_pd", sglang_version="0.5.18")
+    assert p["errors"] == []
+    assert p["instances"][0]["argv"][0] == "/opt/sglang/0.5.18/bin/sglang"
+
+
+def test_port_collisions():
+    e = errors_of("glm52_pd", host_list=hosts("glm52_pd", overrides={"b300a": {"P1": {"port": 30001}}}))
+    assert "b300a: b300a/P1 port 30001 collides with b300a/P0 port on b300a; expected a port unique per host" in e
+    e = errors_of("glm52_pd", host_list=hosts("glm52_pd", overrides={"b300a": {"P1": {"nccl_port": 8998}}}))
+    assert "b300a/P1 nccl_port 8998 collides with b300a/P0 bootstrap_port" in e
+    # router vs worker: PD router port 30000 == a prefill port moved to 30000
+    e = errors_of("glm52_pd", host_list=hosts("glm52_pd", overrides={"b300a": {"P0": {"port": 30000}}}))
+    assert "b300a/router port 30000 collides with b300a/P0 port" in e
+    # prometheus vs worker
+    e = errors_of("kimi_k3", profile_overrides={"router": {"prometheus_port": 30000}})
+    assert "b300a/router prometheus_port 30000 collides with b300a/W0 port" in e
+    e = errors_of("kimi_k3", profile_overrides={"router": {"port": 70000}})
+    assert "b300a/router: port 70000 is not a TCP port; expected an integer 1-65535" in e
+
+
+def test_gpu_sets_and_sizes():
+    e = errors_of("glm52_pd", host_list=hosts("glm52_pd", overrides={"b300a": {"P1": {"gpus": [3, 4, 5, 6]}}}))
+    assert "b300a: GPU 3 of b300a/P1 is also used by b300a/P0; expected disjoint GPU sets per host" in e
+    e = errors_of("glm52_pd", host_list=hosts("glm52_pd", overrides={"b300b": {"D0": {"gpus": [0, 1]}}}))
+    assert "b300b/D0: 2 GPUs [0, 1] but --tp-size 4 x --dp-size 1 needs 4" in e
+    hl = hosts("kimi_k3")
+    hl[1]["gpu_topology"]["gpu_count"] = 4
+    e = errors_of("kimi_k3", host_list=hl)
+    assert "b300b/W0: GPU(s) [4, 5, 6, 7] do not exist; the host reports 4 GPUs (indices 0-3)" in e
+
+
+def test_timeouts():
+    e = errors_of("kimi_k3", profile_overrides={"router": {"args": {"--request-timeout-secs": 0}}})
+    assert "b300a/router: router --request-timeout-secs 0 must be a positive number of seconds" in e
+    e = errors_of("kimi_k3", timeouts={"sglang_health_timeout_s": -5})
+    assert "setting sglang_health_timeout_s: timeout -5 must be a positive number of seconds" in e
+
+
+def test_host_in_no_group_and_router_count():
+    hl = hosts("glm52_pd")
+    hl.append({"name": "b300c", "address": "10.89.30.13", "groups": ["gpu_nodes"]})
+    e = errors_of("glm52_pd", host_list=hl)
+    assert "b300c: host is in none of the groups of profile glm52_pd; expected one of sglang_decode, sglang_prefill, sglang_router" in e
+    hl = hosts("kimi_k3")
+    hl[1]["groups"].append("sglang_router")
+    assert "expected exactly one host in group sglang_router for the router, found 2 (b300a, b300b)" in errors_of("kimi_k3", host_list=hl)
+    hl = hosts("glm52_pd")
+    hl[1]["groups"] = ["gpu_nodes"]
+    assert "role decode has no host; expected at least one host in group sglang_decode" in errors_of("glm52_pd", host_list=hl)
+
+
+def test_unknown_flag_type_and_choice():
+    e = errors_of("glm52_pd", profile_overrides={"roles": {"prefill": {"args": {"--tp": 4}}}})
+    assert "b300a/P0: flag --tp is not an option of sglang 0.5.17 (argparse would treat it as a prefix of --tp-size" in e
+    e = errors_of("glm52_pd", profile_overrides={"roles": {"decode": {"args": {"--mem-fraction-static": "lots"}}}})
+    assert "b300b/D0: flag --mem-fraction-static of sglang 0.5.17 expects type float, got 'lots'" in e
+    e = errors_of("glm52_pd", profile_overrides={"roles": {"decode": {"args": {"--kv-cache-dtype": "fp7"}}}})
+    assert "b300b/D0: flag --kv-cache-dtype of sglang 0.5.17 got 'fp7'; expected one of" in e
+    e = errors_of("glm52_pd", profile_overrides={"roles": {"decode": {"args": {"--enable-metrics": "yes"}}}})
+    assert "flag --enable-metrics of sglang 0.5.17 takes no value" in e
+    e = errors_of("glm52_pd", profile_overrides={"router": {"args": {"--tool-call-parser": "glm47"}}})
+    assert "b300a/router: router flag --tool-call-parser got 'glm47'; expected one of" in e
+    e = errors_of("kimi_k3", profile_overrides={"router": {"args": {"--no-such-thing": 1}}})
+    assert "b300a/router: flag --no-such-thing is not an option of sglang-router 0.3.2" in e
+
+
+def test_flag_known_in_one_version_only():
+    cat = catalogs()["server"]
+    only18 = sorted(set(cat["0.5.18"]) - set(cat["0.5.17"]))
+    assert only18, "catalogs should differ"
+    flag = only18[0]
+    spec = cat["0.5.18"][flag]
+    value = True if str(spec["nargs"]) == "0" else (spec["choices"][0] if spec["choices"] else "1")
+    ov = {"roles": {"prefill": {"args": {flag: value}}}}
+    assert "flag %s is not an option of sglang 0.5.17" % flag in errors_of("glm52_pd", profile_overrides=ov)
+    assert errors_of("glm52_pd", profile_overrides=ov, sglang_version="0.5.18") == ""
+
+
+def test_overrides_change_and_remove_flags_and_env():
+    ov = {"roles": {"decode": {"env": {"NCCL_NVLS_ENABLE": "0"}, "args": {"--enable-cache-report": False,
+                                                                            "--mem-fraction-static": "0.88"}}}}
+    p = plan("glm52_pd", profile_overrides=ov, extra_args={"--log-level": "info"})
+    d0 = by_name(p)[("b300b", "D0")]
+    assert d0["env"]["NCCL_NVLS_ENABLE"] == "0"
+    assert "--enable-cache-report" not in d0["argv"]
+    assert flag_value(d0["argv"], "--mem-fraction-static") == "0.88"
+    assert flag_value(d0["argv"], "--log-level") == "info"
+    assert p["errors"] == []
+
+
+def test_api_key_is_a_systemd_variable_not_a_value():
+    p = plan("kimi_k3", api_key_enabled=True)
+    w = p["instances"][0]
+    assert w["argv"][-2:] == ["--api-key", "${SGLANG_API_KEY}"]
+    assert p["router"]["argv"][-2:] == ["--api-key", "${SGLANG_API_KEY}"]
+    line = sp.exec_start_line(w["argv"])
+    assert '"--api-key" "${SGLANG_API_KEY}"' in line
+
+
+def test_exec_start_quoting_round_trips():
+    argv = ["/opt/x/bin/sglang", "serve", "--chat-template", 'a "b" $HOME 100%', "--x", "back\\slash"]
+    line = sp.exec_start_line(argv)
+    assert "$$HOME" in line and "100%%" in line
+    # systemd unescapes $$ -> $ and %% -> %; after that the line is shell-like double quoting
+    unescaped = line.replace("$$", "$").replace("%%", "%")
+    assert shlex.split(unescaped) == argv
+
+
+def test_model_root_required():
+    assert "sglang_model_root is empty" in errors_of("kimi_k3", model_root="")
