@@ -315,8 +315,9 @@ def parse_topo(text):
     out["nic_legend"] = legend
     header = None
     for i, ln in enumerate(lines):
-        if re.search(r"\bGPU0\b", ln) and not ln.lstrip().startswith("GPU0 "):
-            cells = [c for c in _split_row(ln) if c]
+        # the header starts with whitespace (tab or spaces) before GPU0; matrix rows start with "GPU0"
+        if ln[:1] in ("\t", " ") and re.search(r"\bGPU0\b", ln):
+            cells = [c for c in _split_row(ln.strip()) if c]
             if cells and cells[0] == "GPU0":
                 header = (i, cells)
                 break
@@ -523,5 +524,6 @@ def health_problems(gpu_topology, expected=None, policies=None, host=None):
         state = (g.get("fabric") or {}).get("state")
         if exp_fabric and state != exp_fabric and (state is not None or expected.get("fabric_required")):
             add("fabric", g, exp_fabric, state, "fabric state %s (status %s), expected %s" % (
-                state if state is not None else "not reported", (g.get("fabric") or {}).get("status"), exp_fabric))
+                state if state is not None else "not reported", (g.get("fabric") or {}).get("status") or "N/A",
+                exp_fabric))
     return problems
