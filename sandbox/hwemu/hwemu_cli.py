@@ -1,0 +1,727 @@
+"""Command-line front ends of the emulated tools (SYNTHESIZED hardware; see README.md).
+
+Each script in bin/ calls ``main(<tool name>, argv)``. The emulator root is the parent of bin/ (normally
+/opt/hwemu), or $HWEMU_ROOT. Files there: ``scenario`` (current scenario name), ``sys`` (symlink to
+``trees/<scenario>``), ``state/`` (invocation counter, gpu_burn load), ``trees/`` (rendered sysfs trees).
+"""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+
+import model  # noqa: E402
+import scenarios  # noqa: E402
+
+
+# --------------------------------------------------------------------------------------------- environment
+def root_dir():
+    return os.environ.get("HWEMU_ROOT") or HERE
+
+
+def state_dir():
+    d = os.path.join(root_dir(), "state")
+    os.makedirs(d, exist_ok=True)
+    return d
+
+
+def current_scenario():
+    try:
+        with open(os.path.join(root_dir(), "scenario")) as fh:
+            name = fh.read().strip()
+    except OSError:
+        name = "healthy"
+    return name or "healthy"
+
+
+def hostname():
+    return os.environ.get("HWEMU_HOSTNAME") or socket.gethostname().split(".")[0]
+
+
+def time_scale():
+    try:
+        return float(os.environ.get("HWEMU_TIME_SCALE", "1"))
+    except ValueError:
+        return 1.0
+
+
+def read_load():
+    try:
+        with open(os.path.join(state_dir(), "load.json")) as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return None
+
+
+def load_state():
+    name = current_scenario()
+    if name in scenarios.REAL_SCENARIOS:
+        return None
+    st = model.build_state(name, hostname())
+    ld = read_load()
+    if ld:
+        now = time.time()
+        emu = dict(ld)
+        emu["start"] = 0.0
+        emu["duration"] = ld["duration"]
+        model.apply_load(st, emu, (now - ld["start"]) / ld.get("scale", 1.0))
+    return st
+
+
+def real_file(name):
+    with open(os.path.join(model.REAL_1X, name)) as fh:
+        return fh.read()
+
+
+def out(text):
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+def die(msg, rc=1):
+    sys.stderr.write(msg.rstrip("\n") + "\n")
+    sys.exit(rc)
+
+
+def now_stamp():
+    return time.strftime("%a %b %d %H:%M:%S %Y")
+
+
+# --------------------------------------------------------------------------------------------- nvidia-smi
+def _select_gpus(st, spec):
+    if spec is None:
+        return None
+    sel = set()
+    for part in spec.split(","):
+        part = part.strip()
+        found = False
+        for g in st["gpus"]:
+            bid = "00000000:%02X:00.0" % g["bus"]
+            if part == str(g["index"]) or part == g["uuid"] or part.upper() in (bid, bid[4:]):
+                sel.add(g["index"])
+                found = True
+        if not found:
+            die("No devices were found" if part.isdigit() else "Invalid device id: %s" % part, 6)
+    return sel
+
+
+def _opt_value(argv, i, name):
+    a = argv[i]
+    if "=" in a and a.startswith("--"):
+        return a.split("=", 1)[1], i
+    if i + 1 >= len(argv):
+        die("Option %s requires a value" % name, 2)
+    return argv[i + 1], i + 1
+
+
+def nvidia_smi(argv):
+    real = current_scenario() in scenarios.REAL_SCENARIOS
+    st = None if real else load_state()
+    sub = argv[0] if argv and not argv[0].startswith("-") else None
+    if sub == "topo":
+        if real:
+            return out(real_file("topo-p2p.txt" if any(a.startswith("-p2p") for a in argv) else "topo.txt"))
+        if "-m" in argv or "--matrix" in argv:
+            return out(model.render_topo(st))
+        die("topo: only -m / --matrix is emulated", 2)
+    if sub == "nvlink":
+        only = None
+        rest = argv[1:]
+        if "-i" in rest:
+            only = _select_gpus(st, rest[rest.index("-i") + 1]) if st else None
+        if "-s" in rest or "--status" in rest:
+            return out("" if real else model.render_nvlink_status(st, only))
+        die("nvlink: only -s / --status [-i N] is emulated", 2)
+    if sub == "dmon":
+        return dmon(argv[1:], real, st)
+    if sub is not None:
+        die("nvidia-smi: subcommand %r is not emulated" % sub, 2)
+
+    query = fmt = gpu_sel = outfile = None
+    xml = q = listing = False
+    loop_s = None
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a in ("-q", "--query"):
+            q = True
+        elif a in ("-x", "--xml-format"):
+            xml = True
+        elif a in ("-L", "--list-gpus"):
+            listing = True
+        elif a.startswith("--query-gpu"):
+            query, i = _opt_value(argv, i, "--query-gpu")
+        elif a.startswith("--format"):
+            fmt, i = _opt_value(argv, i, "--format")
+        elif a in ("-i", "--id") or a.startswith("--id="):
+            gpu_sel, i = _opt_value(argv, i, "-i")
+        elif a in ("-l", "--loop") or a.startswith("--loop="):
+            v, i = _opt_value(argv, i, "-l")
+            loop_s = float(v)
+        elif a in ("-lms", "--loop-ms") or a.startswith("--loop-ms="):
+            v, i = _opt_value(argv, i, "-lms")
+            loop_s = float(v) / 1000.0
+        elif a in ("-f", "--filename") or a.startswith("--filename="):
+            outfile, i = _opt_value(argv, i, "-f")
+        elif a in ("-d", "--display"):
+            i += 1  # section filter accepted, full output printed
+        elif a in ("-h", "--help"):
+            return out("NVIDIA System Management Interface -- hwemu stand-in (SYNTHESIZED hardware)\n")
+        else:
+            die("Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.", 2)
+        i += 1
+    only = _select_gpus(st, gpu_sel) if st else None
+
+    def emit(text):
+        if outfile:
+            with open(outfile, "w") as fh:
+                fh.write(text)
+        else:
+            out(text)
+
+    if query:
+        if real:
+            names = [x.strip() for x in query.split(",")]
+            cap = real_file("query.csv")
+            hdr = [c.split(" [")[0] for c in cap.splitlines()[0].split(", ")]
+            if names == hdr and fmt and "noheader" not in fmt:
+                return emit(cap)
+            capn = real_file("query-noheader.csv")
+            if fmt and "noheader" in fmt and names == ["index", "name", "pci.bus_id", "temperature.gpu"]:
+                return emit(capn)
+            die("h200_real: only the captured --query-gpu field lists are replayed", 2)
+        if not fmt:
+            die('"--format" is required together with "--query-gpu"', 2)
+        count = 0
+        while True:
+            try:
+                emit(model.render_query(st, query, [x.strip() for x in fmt.split(",")], only))
+            except model.QueryError as e:
+                die(str(e), 2)
+            count += 1
+            if loop_s is None:
+                return None
+            mx = os.environ.get("HWEMU_MAX_LOOPS")
+            if mx and count >= int(mx):
+                return None
+            time.sleep(loop_s)
+            st = load_state()
+            fmt_noheader = fmt if "noheader" in fmt else fmt + ",noheader"
+            fmt = fmt_noheader
+    if listing:
+        return emit(real_file("smi-L.txt") if real else model.render_L(st))
+    if q and xml:
+        return emit(real_file("q.xml") if real else model.render_xml(st, now_stamp(), only))
+    if q:
+        return emit(real_file("q.txt") if real else model.render_q_text(st, now_stamp(), only))
+    if xml:
+        die("-x requires -q", 2)
+    return emit(real_file("smi.txt") if real else model.render_smi_table(st, now_stamp()))
+
+
+def dmon(argv, real, st):
+    groups, count, delay, sel = "puc", None, 1.0, None
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "-s":
+            groups = argv[i + 1]
+            i += 1
+        elif a == "-c":
+            count = int(argv[i + 1])
+            i += 1
+        elif a == "-d":
+            delay = float(argv[i + 1])
+            i += 1
+        elif a == "-i":
+            sel = argv[i + 1]
+            i += 1
+        elif a in ("-o", "-f", "--format"):
+            i += 1
+        else:
+            die("dmon: option %s is not emulated" % a, 2)
+        i += 1
+    if real:
+        return out(real_file("dmon-s.txt" if groups != "puc" else "dmon.txt"))
+    only = _select_gpus(st, sel)
+    h1, h2, _ = model.dmon_header(groups)
+    out(h1 + "\n" + h2 + "\n")
+    n = 0
+    while count is None or n < count:
+        out("\n".join(model.dmon_rows(st, groups, only)) + "\n")
+        n += 1
+        if count is not None and n >= count:
+            break
+        mx = os.environ.get("HWEMU_MAX_LOOPS")
+        if mx and n >= int(mx):
+            break
+        time.sleep(delay)
+        st = load_state()
+    return None
+
+
+# --------------------------------------------------------------------------------------------- RDMA tools
+def _no_rdma(tool):
+    die("%s: command not available on this host (scenario h200_real has no RDMA stack)" % tool, 127)
+
+
+def ibstat(argv):
+    st = load_state()
+    if st is None:
+        _no_rdma("ibstat")
+    args = [a for a in argv if not a.startswith("-")]
+    if "-l" in argv or "--list_of_cas" in argv:
+        return out("".join(n["name"] + "\n" for n in st["nics"]))
+    if "-p" in argv or "--port_list" in argv:
+        sel = [n for n in st["nics"] if not args or n["name"] == args[0]]
+        return out("".join("0x%s\n" % n["guid"] for n in sel))
+    if args and model.find_nic(st, args[0]) is None:
+        die("ibpanic: [%d] main: stat of IB device '%s' failed: No such file or directory" % (os.getpid(), args[0]))
+    return out(model.render_ibstat(st, [args[0]] if args else None))
+
+
+def ibv_devinfo(argv):
+    st = load_state()
+    if st is None:
+        die("No IB devices found", 255)
+    if "-l" in argv or "--list" in argv:
+        return out("%d HCAs found:\n" % len(st["nics"]) + "".join("\t%s\n" % n["name"] for n in st["nics"]))
+    only = None
+    for i, a in enumerate(argv):
+        if a in ("-d", "--ib-dev"):
+            only = [argv[i + 1]]
+        elif a.startswith("--ib-dev="):
+            only = [a.split("=", 1)[1]]
+    if only and model.find_nic(st, only[0]) is None:
+        die("IB device '%s' wasn't found" % only[0], 255)
+    return out(model.render_ibv_devinfo(st, only))
+
+
+def mlxfwmanager(argv, tool="mlxfwmanager"):
+    st = load_state()
+    if st is None:
+        _no_rdma(tool)
+    if not any(a in ("--query", "-q") for a in argv):
+        die("%s: only --query is emulated (no burning in the sandbox)" % tool, 2)
+    text = model.render_mlxfwmanager(st)
+    dev = None
+    for i, a in enumerate(argv):
+        if a in ("-d", "--dev"):
+            dev = argv[i + 1]
+    if dev:
+        n = model.find_nic(st, dev)
+        if n is None:
+            die("-E- Device %s not found" % dev, 1)
+        one = dict(st)
+        one["nics"] = [n]
+        text = model.render_mlxfwmanager(one)
+    return out(text)
+
+
+def ofed_info(argv):
+    st = load_state()
+    if st is None:
+        _no_rdma("ofed_info")
+    if "-s" in argv:
+        return out(model.render_ofed_info(st))
+    if "-n" in argv:
+        return out(st["ofed_version"] + "\n")
+    return out(model.render_ofed_info(st) + "-------------------\n\nInstalled packages:\n-------------------\n"
+               "doca-ofed\nmlnx-ofed-kernel-dkms\nrdma-core\nibverbs-utils\ninfiniband-diags\nmft\n")
+
+
+def modinfo(argv):
+    st = load_state()
+    field = None
+    mods = []
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a in ("-F", "--field"):
+            field = argv[i + 1]
+            i += 1
+        elif a.startswith("--field="):
+            field = a.split("=", 1)[1]
+        elif a.startswith("-"):
+            pass
+        else:
+            mods.append(a)
+        i += 1
+    if not mods:
+        die("modinfo: ERROR: missing module or filename.", 1)
+    rc = 0
+    for m in mods:
+        if m == "mlx5_core" and st is not None:
+            f = model.modinfo_fields(st)
+            text = model.render_modinfo(st)
+        elif m == "nvidia":
+            drv = st["driver_version"] if st else "580.159.04"
+            kern = st["kernel"] if st else model.KERNEL
+            f = {"filename": "/lib/modules/%s/updates/dkms/nvidia.ko" % kern, "version": drv,
+                 "license": "Dual MIT/GPL", "depends": "", "name": "nvidia"}
+            text = "".join("%-15s %s\n" % (k + ":", v) for k, v in f.items())
+        else:
+            sys.stderr.write("modinfo: ERROR: Module %s not found.\n" % m)
+            rc = 1
+            continue
+        if field:
+            if field in f:
+                out(f[field] + "\n")
+        else:
+            out(text)
+    sys.exit(rc)
+
+
+def flint(argv, tool="flint"):
+    st = load_state()
+    if st is None:
+        _no_rdma(tool)
+    dev = None
+    cmd = None
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a in ("-d", "--device"):
+            dev = argv[i + 1]
+            i += 1
+        elif a in ("query", "q"):
+            cmd = "query"
+        elif a.startswith("-"):
+            pass
+        i += 1
+    if dev is None:
+        die("-E- Missing device argument (-d)", 1)
+    if cmd != "query":
+        die("-E- %s: only the query command is emulated" % tool, 1)
+    n = model.find_nic(st, dev)
+    if n is None:
+        die("-E- Cannot open Device: %s. No such file or directory. MFE_CR_ERROR" % dev, 1)
+    return out(model.render_flint_query(st, n))
+
+
+# --------------------------------------------------------------------------------------------- nccl-tests
+AR_OPTS = {  # short, long, key, kind
+    "-t": ("nthreads", int), "--nthreads": ("nthreads", int), "-g": ("ngpus", int), "--ngpus": ("ngpus", int),
+    "-b": ("minbytes", "size"), "--minbytes": ("minbytes", "size"), "-e": ("maxbytes", "size"),
+    "--maxbytes": ("maxbytes", "size"), "-i": ("stepbytes", "size"), "--stepbytes": ("stepbytes", "size"),
+    "-f": ("stepfactor", int), "--stepfactor": ("stepfactor", int), "-n": ("iters", int), "--iters": ("iters", int),
+    "-m": ("agg", int), "--agg_iters": ("agg", int), "-w": ("warmup", int), "--warmup_iters": ("warmup", int),
+    "-p": ("parallel", int), "--parallel_init": ("parallel", int), "-c": ("check", int), "--check": ("check", int),
+    "-o": ("op", str), "--op": ("op", str), "-d": ("dtype", str), "--datatype": ("dtype", str),
+    "-r": ("root", int), "--root": ("root", int), "-z": ("blocking", int), "--blocking": ("blocking", int),
+    "-y": ("stream_null", int), "--stream_null": ("stream_null", int), "-T": ("timeout", int),
+    "--timeout": ("timeout", int), "-G": ("graph", int), "--cudagraph": ("graph", int),
+    "-C": ("cputime", int), "--report_cputime": ("cputime", int), "-a": ("average", int), "--average": ("average", int),
+    "-R": ("local_register", int), "--local_register": ("local_register", int), "-J": ("json_path", str),
+    "--output_file": ("json_path", str), "-N": ("run_cycles", int), "--run_cycles": ("run_cycles", int),
+    "-u": ("unalign", int), "--unalign": ("unalign", int),
+}
+AR_USAGE = ("USAGE: all_reduce_perf [-t,--nthreads <num threads>] [-g,--ngpus <gpus per thread>] "
+            "[-b,--minbytes <min size in bytes>] [-e,--maxbytes <max size in bytes>] [-i,--stepbytes <increment size>] "
+            "[-f,--stepfactor <increment factor>] [-n,--iters <iteration count>] [-m,--agg_iters <aggregated iteration count>] "
+            "[-w,--warmup_iters <warmup iteration count>] [-c,--check <0/1>] [-o,--op <sum/prod/min/max/avg/all>] "
+            "[-d,--datatype <nccltype/all>] [-r,--root <root>] [-z,--blocking <0/1>] [-G,--cudagraph <num graph launches>] "
+            "[-a,--average <0/1/2/3>] [-J,--output_file <json file>] [-h,--help]\n")
+
+
+def parse_ar_args(argv):
+    o = model.default_ar_opts(ngpus=1, maxbytes=32 << 20, minbytes=32 << 20, warmup=1)
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a in ("-h", "--help"):
+            out(AR_USAGE)
+            sys.exit(0)
+        key, val = a, None
+        if a.startswith("--") and "=" in a:
+            key, val = a.split("=", 1)
+        elif a.startswith("-") and not a.startswith("--") and len(a) > 2:
+            key, val = a[:2], a[2:]
+        if key not in AR_OPTS:
+            sys.stderr.write("invalid option '%s'\n" % a)
+            sys.stderr.write(AR_USAGE)
+            sys.exit(1)
+        if val is None:
+            if i + 1 >= len(argv):
+                die("option %s requires an argument" % a)
+            val = argv[i + 1]
+            i += 1
+        name, kind = AR_OPTS[key]
+        try:
+            o[name] = model.parse_size(val) if kind == "size" else kind(val)
+        except ValueError:
+            die("invalid value %r for %s" % (val, a))
+        i += 1
+    dt = model.TYPE_ALIASES.get(o["dtype"], o["dtype"])
+    if dt != "all" and dt not in dict(model.TYPE_SIZES):
+        die("Invalid type %s, defaulting to float" % o["dtype"])
+    o["dtype"] = dt
+    if o["op"] != "all" and o["op"] not in model.OPS:
+        die("Invalid reduction %s" % o["op"])
+    if o["ngpus"] < 1 or o["ngpus"] * o["nthreads"] > 8:
+        die("Error: requested %d GPUs per process, this host has 8" % (o["ngpus"] * o["nthreads"]))
+    return o
+
+
+def _bump_counter():
+    p = os.path.join(state_dir(), "nccl_calls")
+    try:
+        with open(p) as fh:
+            n = int(fh.read().strip() or 0)
+    except (OSError, ValueError):
+        n = 0
+    n += 1
+    with open(p, "w") as fh:
+        fh.write("%d\n" % n)
+    return n
+
+
+def _ib_hcas(st, env):
+    spec = env.get("NCCL_IB_HCA", "")
+    data = [n for n in st["nics"] if n["link_layer"] == "InfiniBand"]
+    if not spec:
+        return data
+    exclude = spec.startswith("^")
+    exact = spec.lstrip("^").startswith("=")
+    pats = [p.split(":")[0] for p in spec.lstrip("^").lstrip("=").split(",") if p]
+    match = (lambda name: name in pats) if exact else (lambda name: any(name.startswith(p) for p in pats))
+    return [n for n in st["nics"] if (not match(n["name"])) == exclude]
+
+
+def _nccl_info(st, env, nodes):
+    if env.get("NCCL_DEBUG", "").upper() not in ("INFO", "TRACE"):
+        return []
+    h = st["hostname"]
+    pre = "%s:4242:4242 [0] NCCL INFO " % h
+    hcas = _ib_hcas(st, env)
+    lines = [pre + "cudaDriverVersion 13000", pre + "NCCL version 2.28.9+cuda13.0",
+             pre + "NET/Plugin: Could not find: libnccl-net.so"]
+    if hcas:
+        lines.append(pre + "NET/IB : Using " + " ".join("[%d]%s:1/%s" % (i, n["name"], "IB" if n["link_layer"] == "InfiniBand"
+                                                                          else "RoCE") for i, n in enumerate(hcas))
+                     + " [RO]; OOB %s:10.89.30.11<0>" % env.get("NCCL_SOCKET_IFNAME", "eth0").lstrip("=^"))
+        lines.append(pre + "Initialized NET plugin IB")
+    else:
+        lines += [pre + "NET/IB : No device found.", pre + "Failed to initialize NET plugin IB",
+                  pre + "NET/Socket : Using [0]eth0:10.89.30.11<0>", pre + "Initialized NET plugin Socket"]
+    lines.append(pre + "comm 0x5555 rank 0 nRanks %d nNodes %d localRanks 8 localRank 0 MNNVL 0" % (8 * nodes, nodes))
+    return lines
+
+
+def run_all_reduce(argv, nodes=1, env=None, hostnames=None, ranks_per_node=8, prog="all_reduce_perf"):
+    env = dict(os.environ if env is None else env)
+    o = parse_ar_args(argv)
+    o["args"] = [prog] + list(argv)
+    if nodes > 1:
+        o["ranks_per_node"] = ranks_per_node
+    if current_scenario() in scenarios.REAL_SCENARIOS:
+        text = real_file("all_reduce_g1.txt")
+        if o["json_path"]:
+            with open(o["json_path"], "w") as fh:
+                fh.write(real_file("ar-g1.json"))
+        return out(text)
+    st = load_state()
+    call = _bump_counter()
+    res = model.all_reduce_run(st, o, nodes=nodes, env=env, hostnames=hostnames, pid=os.getpid())
+    lines = res["lines"]
+    info = _nccl_info(st, env, nodes)
+    hdr_end = lines.index([ln for ln in lines if ln.startswith("#  Rank")][-1]) + 1
+    lines = lines[:hdr_end] + info + lines[hdr_end:]
+    if st["nccl"]["hang_on_call"] and call == st["nccl"]["hang_on_call"]:
+        cut = lines.index([ln for ln in lines if ln.startswith("#        (B)")][0]) + 1
+        out("\n".join(lines[:cut]) + "\n")
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+        while True:  # the emulated collective never completes
+            time.sleep(3600)
+    if o["json_path"]:
+        with open(o["json_path"], "w") as fh:
+            fh.write(model.dump_json(res["json"]))
+    out("\n".join(lines))
+    sys.exit(res["rc"])
+
+
+def mpirun(argv):
+    np_, per_node, hosts, env = None, None, [], {}
+    i = 0
+    noval = {"--allow-run-as-root", "--oversubscribe", "--tag-output", "-tag-output", "--report-bindings",
+             "--display-map", "-v", "--verbose", "--quiet", "-q", "--bind-to-core", "--timestamp-output"}
+    withval = {"--bind-to", "-bind-to", "--map-by", "-map-by", "--rank-by", "--prefix", "--hostfile", "-hostfile",
+               "--machinefile", "-machinefile", "--wdir", "-wdir", "--output-filename"}
+    while i < len(argv):
+        a = argv[i]
+        if a in ("-np", "-n", "--np", "-c"):
+            np_ = int(argv[i + 1])
+            i += 2
+        elif a in ("-N", "-npernode", "--npernode"):
+            per_node = int(argv[i + 1])
+            i += 2
+        elif a in ("-H", "-host", "--host"):
+            hosts = [h.split(":")[0] for h in argv[i + 1].split(",") if h]
+            i += 2
+        elif a == "-x":
+            kv = argv[i + 1]
+            if "=" in kv:
+                k, v = kv.split("=", 1)
+            else:
+                k, v = kv, os.environ.get(kv, "")
+            env[k] = v
+            i += 2
+        elif a in ("--mca", "-mca", "-gmca", "--gmca"):
+            i += 3
+        elif a in noval:
+            i += 1
+        elif a in withval or (a.startswith("--") and "=" in a):
+            i += 1 if "=" in a else 2
+        elif a.startswith("-"):
+            die("mpirun (hwemu stand-in): option %s is not emulated" % a, 1)
+        else:
+            break
+    cmd = argv[i:]
+    if not cmd:
+        die("mpirun (hwemu stand-in): no executable given", 1)
+    hosts = hosts or [hostname()]
+    np_ = np_ or (per_node or 1) * len(hosts)
+    per_node = per_node or max(1, np_ // len(hosts))
+    nodes = max(1, -(-np_ // per_node))
+    full_env = dict(os.environ)
+    full_env.update(env)
+    if os.path.basename(cmd[0]) == "all_reduce_perf":
+        if per_node > 8:
+            die("mpirun (hwemu stand-in): %d ranks per node but the host has 8 GPUs" % per_node, 1)
+        if nodes == 1:
+            o_argv = cmd[1:]
+            return run_all_reduce(o_argv, nodes=1, env=full_env, prog=cmd[0])
+        return run_all_reduce(cmd[1:], nodes=nodes, env=full_env, hostnames=hosts, ranks_per_node=per_node, prog=cmd[0])
+    rc = 0
+    for r in range(np_):  # other programs: run locally once per rank (the stand-in does not reach other hosts)
+        e = dict(full_env, OMPI_COMM_WORLD_RANK=str(r), OMPI_COMM_WORLD_SIZE=str(np_),
+                 OMPI_COMM_WORLD_LOCAL_RANK=str(r % per_node))
+        rc = subprocess.call(cmd, env=e) or rc
+    sys.exit(rc)
+
+
+# --------------------------------------------------------------------------------------------- gpu_burn
+def gpu_burn(argv):
+    secs = 10.0
+    gpus = None
+    for i, a in enumerate(argv):
+        if a in ("-h", "--help"):
+            return out("GPU Burn (hwemu stand-in, SYNTHESIZED load): gpu_burn [-d] [-tc] [-i N] [-m X%] SECONDS\n")
+        if a == "-i":
+            gpus = [int(argv[i + 1])]
+        elif not a.startswith("-") and (i == 0 or argv[i - 1] not in ("-i", "-m")):
+            secs = float(a)
+    if current_scenario() in scenarios.REAL_SCENARIOS:
+        die("gpu_burn: not emulated for h200_real", 2)
+    scale = time_scale()
+    ld = {"start": time.time(), "duration": secs, "scale": scale, "gpus": gpus}
+    with open(os.path.join(state_dir(), "load.json"), "w") as fh:
+        json.dump(ld, fh)
+    out("Burning for %d seconds.\n" % secs)
+    steps = max(1, int(secs // 10))
+    for k in range(1, steps + 1):
+        time.sleep(secs * scale / steps)
+        st = load_state()
+        temps = " - ".join("%d C" % g["temp"] for g in st["gpus"] if gpus is None or g["index"] in gpus)
+        out("%.1f%%  proc'd: %s   errors: %s   temps: %s \n" % (
+            100.0 * k / steps, " - ".join("%d (%d Gflop/s)" % (k * 1200, 61000 if g["sm_clock"] > 1800 else 38000)
+                                          for g in st["gpus"] if gpus is None or g["index"] in gpus),
+            " - ".join("0" for g in st["gpus"] if gpus is None or g["index"] in gpus), temps))
+    st = load_state()
+    try:
+        os.remove(os.path.join(state_dir(), "load.json"))
+    except OSError:
+        pass
+    out("\nTested %d GPUs:\n" % len([g for g in st["gpus"] if gpus is None or g["index"] in gpus]))
+    for g in st["gpus"]:
+        if gpus is None or g["index"] in gpus:
+            out("\tGPU %d: OK\n" % g["index"])
+    return None
+
+
+# --------------------------------------------------------------------------------------------- scenario switch
+def set_scenario(name, root=None):
+    root = root or root_dir()
+    if name not in scenarios.ALL:
+        die("hwemu-scenario: unknown scenario %r; known: %s" % (name, " ".join(scenarios.ALL)), 2)
+    trees = os.path.join(root, "trees")
+    tree = os.path.join(trees, name)
+    tmp = tree + ".tmp"
+    if os.path.isdir(tmp):
+        import shutil
+        shutil.rmtree(tmp)
+    if name in scenarios.REAL_SCENARIOS:
+        os.makedirs(os.path.join(tmp, "devices", "system", "node", "node0"))
+        with open(os.path.join(tmp, "devices", "system", "node", "node0", "cpulist"), "w") as fh:
+            fh.write("0-15\n")
+        with open(os.path.join(tmp, "REAL_REPLAY"), "w") as fh:
+            fh.write("h200_real: tool outputs replay real/nvidia-h200-vm; this host has no RDMA NICs\n")
+    else:
+        st = model.build_state(name, os.environ.get("HWEMU_HOSTNAME") or hostname())
+        model.build_sys_tree(st, tmp)
+    import shutil
+    if os.path.isdir(tree):
+        shutil.rmtree(tree)
+    os.rename(tmp, tree)
+    link = os.path.join(root, "sys")
+    tmpl = link + ".new"
+    if os.path.lexists(tmpl):
+        os.remove(tmpl)
+    os.symlink(os.path.join("trees", name), tmpl)
+    os.replace(tmpl, link)
+    sd = os.path.join(root, "state")
+    os.makedirs(sd, exist_ok=True)
+    for f in ("nccl_calls", "load.json"):
+        try:
+            os.remove(os.path.join(sd, f))
+        except OSError:
+            pass
+    with open(os.path.join(root, "scenario.tmp"), "w") as fh:
+        fh.write(name + "\n")
+    os.replace(os.path.join(root, "scenario.tmp"), os.path.join(root, "scenario"))
+
+
+def hwemu_scenario(argv):
+    if not argv or argv[0] in ("-h", "--help"):
+        out("usage: hwemu-scenario NAME | --list | --show\ncurrent: %s\nscenarios: %s\n" % (
+            current_scenario(), " ".join(scenarios.ALL)))
+        return None
+    if argv[0] == "--list":
+        return out("".join(n + "\n" for n in scenarios.ALL))
+    if argv[0] == "--show":
+        return out(current_scenario() + "\n")
+    set_scenario(argv[0])
+    out("hwemu: scenario %s (SYNTHESIZED hardware%s)\n" % (
+        argv[0], "; replaying real H200 captures" if argv[0] in scenarios.REAL_SCENARIOS else ""))
+    return None
+
+
+TOOLS = {
+    "nvidia-smi": nvidia_smi, "ibstat": ibstat, "ibv_devinfo": ibv_devinfo, "mlxfwmanager": mlxfwmanager,
+    "mlxup": lambda a: mlxfwmanager(a, "mlxup"), "ofed_info": ofed_info, "modinfo": modinfo, "flint": flint,
+    "mstflint": lambda a: flint(a, "mstflint"), "all_reduce_perf": run_all_reduce, "mpirun": mpirun,
+    "gpu_burn": gpu_burn, "gpu-burn": gpu_burn, "hwemu-scenario": hwemu_scenario,
+}
+
+
+def main(tool, argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        TOOLS[tool](argv)
+    except BrokenPipeError:
+        pass
+    except KeyboardInterrupt:
+        sys.exit(130)
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2:
+        die("usage: hwemu_cli.py TOOL [ARGS...]  (" + " ".join(sorted(TOOLS)) + ")")
+    main(sys.argv[1], sys.argv[2:])
