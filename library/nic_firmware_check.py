@@ -38,14 +38,14 @@ options:
         V(failed)), or host -> the result registered from the gather task (unreachable/failed results are recognised).
     type: dict
   matrix:
-    description: Built-in matrix rows (the role's C(nic_fw_matrix_rows)). One of O(matrix) or O(matrix_file) is required.
+    description: Built-in matrix rows (the role's C(nic_firmware_gate_matrix_rows)). One of O(matrix) or O(matrix_file) is required.
     type: list
     elements: dict
   matrix_file:
-    description: YAML file with a list of rows or a C(nic_fw_matrix_rows) key, read where the module runs.
+    description: YAML file with a list of rows or a C(nic_firmware_gate_matrix_rows) key, read where the module runs.
     type: path
   extra_rows:
-    description: Operator rows (C(nic_fw_matrix_extra_rows)); checked first, and replace built-in rows of the same id.
+    description: Operator rows (C(nic_firmware_gate_extra_rows)); checked first, and replace built-in rows of the same id.
     type: list
     elements: dict
     default: []
@@ -89,6 +89,12 @@ options:
     description: Gather mode - root of the sysfs tree (C(hw_sysfs_root)).
     type: path
     default: /sys
+  read_topo:
+    description:
+      - Gather mode - also run C(nvidia-smi topo -m). The audit sets V(false) (it needs driver, VBIOS and NVLink
+        state only); C(gpu_topology.topology) is then empty and C(topology_read) is false.
+    type: bool
+    default: true
 """
 
 EXAMPLES = r"""
@@ -102,8 +108,8 @@ EXAMPLES = r"""
   nic_firmware_check:
     rdma_nics: "{{ ansible_facts.rdma_nics }}"
     host: "{{ inventory_hostname }}"
-    matrix: "{{ nic_fw_matrix_rows }}"
-    extra_rows: "{{ nic_fw_matrix_extra_rows }}"
+    matrix: "{{ nic_firmware_gate_matrix_rows }}"
+    extra_rows: "{{ nic_firmware_gate_extra_rows }}"
     policy: {unknown: fail, pending_reset: fail}
     enforce: true
 
@@ -217,18 +223,21 @@ def gather_rdma_nics(module, dirs, sysfs_root):
 
 
 def gather_gpu_topology(module, dirs, sysfs_root):
-    """Same inputs as library/gpu_topology_facts.py: nvidia-smi -q -x, topo -m, nvlink -s (banner for R610+)."""
+    """Same inputs as library/gpu_topology_facts.py: nvidia-smi -q -x, topo -m (unless read_topo=false), nvlink -s,
+    and the banner for R610+."""
     smi = module.get_bin_path("nvidia-smi", opt_dirs=dirs)
     if not smi:
         raise GatherError("nvidia-smi not found on host %s (searched %s and PATH)" % (socket.gethostname(), dirs or "PATH"))
     xml_out = _run(module, [smi, "-q", "-x"])
-    topo_out = _run(module, [smi, "topo", "-m"])
+    topo_out = _run(module, [smi, "topo", "-m"]) if module.params["read_topo"] else ""
     nvl_out = _run(module, [smi, "nvlink", "-s"])
     banner = None
     if "<driver_version>" not in xml_out and "<cuda_version>" not in xml_out:
         banner = _run(module, [smi])
     try:
-        return build_gpu_topology(xml_out, topo_out, nvl_out, sysfs_root=sysfs_root, banner_text=banner)
+        facts = build_gpu_topology(xml_out, topo_out, nvl_out, sysfs_root=sysfs_root, banner_text=banner)
+        facts["topology_read"] = bool(module.params["read_topo"])
+        return facts
     except ValueError as e:
         raise GatherError("nvidia-smi -q -x output unreadable on host %s: %s" % (socket.gethostname(), e))
 
@@ -264,6 +273,7 @@ def main():
             gather=dict(type="list", elements="str", choices=["rdma_nics", "gpu_topology"], default=[]),
             bin_path=dict(type="list", elements="path", default=[]),
             sysfs_root=dict(type="path", default="/sys"),
+            read_topo=dict(type="bool", default=True),
         ),
         mutually_exclusive=[("rdma_nics", "hosts"), ("matrix", "matrix_file"), ("gather", "rdma_nics"), ("gather", "hosts")],
         supports_check_mode=True,
@@ -274,7 +284,7 @@ def main():
     if p["rdma_nics"] is None and p["hosts"] is None:
         module.fail_json(msg="nic_firmware_check: one of rdma_nics, hosts or gather is required")
     if not p["matrix"] and not p["matrix_file"]:
-        module.fail_json(msg="nic_firmware_check: matrix (nic_fw_matrix_rows) or matrix_file is required")
+        module.fail_json(msg="nic_firmware_check: matrix (nic_firmware_gate_matrix_rows) or matrix_file is required")
     try:
         if p["matrix_file"]:
             if not HAS_YAML:
@@ -297,6 +307,7 @@ def main():
             if v["severity"] == "warn":
                 module.warn("NIC firmware gate (policy warn): " + device_message(p["host"], v))
         if p["enforce"] and res["status"] == "fail":
+            out["verdicts"] = [v for v in res["verdicts"] if v["severity"] != "ok"]
             module.fail_json(msg="NIC firmware gate FAILED on %s (never flashed by automation):\n%s"
                              % (p["host"], "\n".join(msgs)), **out)
         module.exit_json(**out)

@@ -214,19 +214,19 @@ def validate_rows(rows, origin="matrix"):
 def merge_rows(base_rows, extra_rows=None):
     """Operator rows first (they win ties); a built-in row whose id an operator row reuses is replaced."""
     extra_rows = list(extra_rows or [])
-    validate_rows(extra_rows, origin="nic_fw_matrix_extra_rows")
+    validate_rows(extra_rows, origin="nic_firmware_gate_extra_rows")
     validate_rows(base_rows, origin="matrix")
     ids = set(r["id"] for r in extra_rows)
     return extra_rows + [r for r in base_rows if r["id"] not in ids]
 
 
 def load_matrix_doc(doc):
-    """Accept either a list of rows or a mapping with key nic_fw_matrix_rows / rows."""
+    """Accept either a list of rows or a mapping with key nic_firmware_gate_matrix_rows / rows."""
     if isinstance(doc, dict):
-        for key in ("nic_fw_matrix_rows", "rows"):
+        for key in ("nic_firmware_gate_matrix_rows", "rows"):
             if key in doc:
                 return validate_rows(doc[key])
-        raise MatrixError("matrix file: expected a list of rows or a 'nic_fw_matrix_rows' key")
+        raise MatrixError("matrix file: expected a list of rows or a 'nic_firmware_gate_matrix_rows' key")
     return validate_rows(doc)
 
 
@@ -339,7 +339,7 @@ def check_device(device, driver, rows, policy=None):
     row, how = match_row(rows, flavour, version)
     if row is None:
         out.update(verdict="unknown", rule="no_row", expected="a matrix row for %s %s" % (flavour, version),
-                   reason="driver %s %s is not in the firmware matrix (add a row via nic_fw_matrix_extra_rows)"
+                   reason="driver %s %s is not in the firmware matrix (add a row via nic_firmware_gate_extra_rows)"
                    % (flavour, version))
     else:
         out.update(row=row["id"], source=row.get("source"))
@@ -376,8 +376,8 @@ def check_device(device, driver, rows, policy=None):
             pci = device.get("pci_address") or device.get("name")
             out["remediation"] = "activate the flashed image by hand: mlxfwreset -d %s reset (or reboot the host)" % pci
         elif v == "unknown":
-            out["remediation"] = ("add a row for this driver to nic_fw_matrix_extra_rows (inventory), "
-                                  "or set nic_fw_gate_unknown_policy: warn")
+            out["remediation"] = ("add a row for this driver to nic_firmware_gate_extra_rows (inventory), "
+                                  "or set nic_firmware_gate_unknown_policy: warn")
         else:
             target = out["expected"] if v == "mismatch" else "a DOCA-OFED >= 25.01 driver and its bundled firmware"
             out["remediation"] = remediation(device, target if v == "mismatch" else None)

@@ -178,7 +178,7 @@ def test_unknown_driver_policy_fail_and_warn(rows):
     assert res["status"] == "fail"
     warn = fm.check_host(f, rows, {"unknown": "warn"})
     assert warn["status"] == "warn" and verdict_of(warn, "mlx5_0")["severity"] == "warn"
-    assert "nic_fw_matrix_extra_rows" in verdict_of(warn, "mlx5_0")["remediation"]
+    assert "nic_firmware_gate_extra_rows" in verdict_of(warn, "mlx5_0")["remediation"]
 
 
 def test_inbox_driver_unknown_and_model_not_in_row(rows):
@@ -251,7 +251,7 @@ def test_malformed_rows_refused_naming_the_row(mutate, needle):
 def test_duplicate_ids_and_bad_extra_rows_refused(rows):
     with pytest.raises(fm.MatrixError, match="duplicate id 'r1'"):
         fm.validate_rows([GOOD, GOOD])
-    with pytest.raises(fm.MatrixError, match="nic_fw_matrix_extra_rows matrix row 0"):
+    with pytest.raises(fm.MatrixError, match="nic_firmware_gate_extra_rows matrix row 0"):
         fm.merge_rows(rows, [{"id": "x"}])
     with pytest.raises(fm.MatrixError, match="list of rows"):
         fm.validate_rows({"id": "x"})
@@ -317,3 +317,50 @@ def test_gpu_driver_vbios_and_nvlink_consistency():
     assert "c: GPU 2: 2 NVLink links down [0, 1]" in joined
     assert g["hosts"]["c"]["nvlink_links_down"] == 2
     assert fm.gpu_fleet({"a": _gpu(), "b": _gpu()})["problems"] == []
+
+
+# ------------------------------------------------------------------ end to end on the SYNTHESIZED hwemu fixtures
+SCENARIOS = ("healthy", "cx8_fw_mismatch", "pending_fw_reset")
+
+
+@pytest.fixture(scope="module")
+def hwemu_fixtures(tmp_path_factory):
+    """tests/fixtures/synth/<scenario>/ when rendered and committed, else a fresh render (both SYNTHESIZED)."""
+    committed = ROOT / "tests" / "fixtures" / "synth"
+    if all((committed / s / "sys").is_dir() for s in SCENARIOS):
+        return committed
+    renderer = ROOT / "sandbox" / "hwemu" / "render_fixtures.py"
+    if not renderer.exists():
+        pytest.skip("hwemu renderer not present")
+    import subprocess
+    import sys
+    out = tmp_path_factory.mktemp("synth")
+    subprocess.run([sys.executable, str(renderer), "--out", str(out)] + list(SCENARIOS), check=True,
+                   stdout=subprocess.DEVNULL)
+    return out
+
+
+def _facts_from_fixture(base):
+    from ansible.module_utils.rdma_nic import build_rdma_nics
+    return build_rdma_nics(sysfs_root=str(base / "sys"), ofed_info_text=(base / "ofed_info.txt").read_text(),
+                           mlxfwmanager_text=(base / "mlxfwmanager.txt").read_text(), kernel_release="6.8.0-1017-nvidia")
+
+
+@pytest.mark.parametrize("scenario,expected", [
+    ("healthy", {}),
+    ("cx8_fw_mismatch", {"mlx5_3": ("mismatch", "exact", "40.44.1036")}),
+    ("pending_fw_reset", {"mlx5_3": ("pending_reset", None, "40.44.1036")}),
+])
+def test_hwemu_scenarios_through_rdma_nic_facts(rows, hwemu_fixtures, scenario, expected):
+    res = fm.check_host(_facts_from_fixture(hwemu_fixtures / scenario), rows)
+    by = {v["device"]: v for v in res["verdicts"]}
+    assert by["mlx5_8"]["verdict"] == "ignored"          # the fabric-manager ConnectX-7
+    bad = {n: v for n, v in by.items() if v["verdict"] not in ("ok", "ignored")}
+    assert sorted(bad) == sorted(expected)
+    for name, (verdict, rule, fw) in expected.items():
+        v = bad[name]
+        assert v["verdict"] == verdict and v["fw"] == fw and v["expected"] == "40.47.1026"
+        assert v["row"] == "doca-3.2-ofed-25.10-1.2.2" and v["driver_version"] == "25.10-1.2.2"
+        if rule:
+            assert v["rule"] == rule
+    assert res["status"] == ("ok" if not expected else "fail")
