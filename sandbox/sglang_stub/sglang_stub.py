@@ -218,11 +218,39 @@ def deprecated_used(catalog, argv):
     return out
 
 
+def serve_preprocess(argv, stderr):
+    """What the real `sglang serve` does before its parser: strip --model-type, positional model path."""
+    out, i, model_type = [], 0, "auto"
+    argv = list(argv)
+    while i < len(argv):
+        if argv[i] == "--model-type":
+            if i + 1 >= len(argv):
+                stderr.write("Error: --model-type requires a value. Valid values are: auto, llm, diffusion.\n")
+                raise SystemExit(1)
+            model_type, i = argv[i + 1], i + 2
+            continue
+        if argv[i].startswith("--model-type="):
+            model_type, i = argv[i].split("=", 1)[1], i + 1
+            continue
+        out.append(argv[i])
+        i += 1
+    if model_type not in ("auto", "llm", "diffusion"):
+        stderr.write("Error: invalid --model-type '%s'. Valid values are: auto, llm, diffusion.\n" % model_type)
+        raise SystemExit(1)
+    if model_type == "diffusion":
+        stderr.write("sglang-stub: --model-type diffusion is not emulated (LLM server only)\n")
+        raise SystemExit(1)
+    if out and not out[0].startswith("-"):
+        out = ["--model-path", out[0]] + out[1:]
+    return out
+
+
 def parse_serve_args(version, argv, options_dir=OPTIONS_DIR, stderr=None):
     """Parse like the real `sglang serve`. Returns (namespace, warnings). Raises SystemExit(2) on refusal."""
     stderr = sys.stderr if stderr is None else stderr
     catalog = load_catalog(version, options_dir)
     parser = build_parser(catalog)
+    argv = serve_preprocess(argv, stderr)
     ns = parser.parse_args(argv)
     warnings = ["option %s is an abbreviation of %s (accepted by argparse prefix matching; render the long name)"
                 % (short, long_) for short, long_ in abbreviations(parser, argv)]
@@ -857,7 +885,7 @@ def main(argv=None, argv0=None):
         return 0 if argv else 2
     cmd, rest = argv[0], argv[1:]
     if cmd == "version":
-        sys.stdout.write("sglang version: %s (sglang-stub TEST DOUBLE)\n" % version)
+        sys.stdout.write("sglang version: %s\ngit revision: sglang-stub (TEST DOUBLE, not SGLang)\n" % version)
         return 0
     if cmd == "serve":
         return serve(version, rest)
