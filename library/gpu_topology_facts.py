@@ -110,16 +110,18 @@ def main():
     topo_out, timing["topo_m"] = run_tool(module, [smi, "topo", "-m"], "nvidia-smi")
     nvl_out, timing["nvlink_s"] = run_tool(module, [smi, "nvlink", "-s"], "nvidia-smi")
     banner = None
-    if "<driver_version>" not in xml_out and "<cuda_version>" not in xml_out:
-        banner, timing["banner"] = run_tool(module, [smi], "nvidia-smi")
     p0 = time.monotonic()
     try:
-        facts = build_gpu_topology(xml_out, topo_out, nvl_out, sysfs_root=module.params["sysfs_root"],
-                                   banner_text=banner)
+        facts = build_gpu_topology(xml_out, topo_out, nvl_out, sysfs_root=module.params["sysfs_root"])
     except ValueError as exc:
         module.fail_json(msg="nvidia-smi -q -x output unreadable on host %s (%s): %s; expected <nvidia_smi_log> XML" % (
             host, smi, exc))
     timing["parse"] = round(time.monotonic() - p0, 4)
+    if facts["driver_version"] is None or facts["cuda_version"] is None:
+        # R610+ drivers: versions may only be in the "KMD Version" / "CUDA UMD Version" banner
+        banner, timing["banner"] = run_tool(module, [smi], "nvidia-smi")
+        facts = build_gpu_topology(xml_out, topo_out, nvl_out, sysfs_root=module.params["sysfs_root"],
+                                   banner_text=banner)
     timing["total"] = round(time.monotonic() - t0, 4)
     result = dict(changed=False, ansible_facts={"gpu_topology": facts}, timing_s=timing)
     if module.params["return_raw"]:

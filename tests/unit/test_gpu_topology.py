@@ -243,3 +243,54 @@ def test_topo_space_separated_variant():
     assert p["nic_columns_present"] is True
     assert p["gpu_nic"] == {"0": {"mlx5_0": "PIX"}, "1": {"mlx5_0": "SYS"}}
     assert p["numa_affinity"] == {"0": "0", "1": "1"}
+
+
+# ----------------------------------------------------------------- health_problems (gpu_health_gate logic)
+B300 = {"gpu_count": 8, "gpu_model": "NVIDIA B300 SXM6 AC", "nvlink_links": 18, "fabric_state": "Completed",
+        "fabric_required": True}
+
+
+def test_health_healthy_b300_has_no_problems():
+    t = gt.build_gpu_topology(synth.b300_xml(), synth.b300_topo(), synth.b300_nvlink())
+    assert gt.health_problems(t, B300, host="b300a") == []
+
+
+def test_health_real_h200_against_b300_expectations(real_fixtures):
+    t = gt.build_gpu_topology(real(real_fixtures, "nvidia-h200-vm", "q.xml"),
+                              real(real_fixtures, "nvidia-h200-vm", "topo.txt"), "")
+    probs = gt.health_problems(t, B300, host="h200")
+    by = {p["check"]: p for p in probs}
+    assert set(by) == {"gpu_count", "gpu_model", "nvlink", "fabric"}
+    assert by["gpu_count"]["message"] == "h200: 1 GPUs visible to nvidia-smi, expected 8"
+    assert by["gpu_count"]["gpu"] is None and by["gpu_count"]["pci"] is None
+    assert by["gpu_model"]["message"] == "h200: GPU 0 (0000:00:06.0): model 'NVIDIA H200', expected 'NVIDIA B300 SXM6 AC'"
+    assert by["nvlink"]["message"] == ("h200: GPU 0 (0000:00:06.0): 18 NVLink links down (no inactive links listed; "
+                                       "18 links not reported); expected 18 links up, 0 up")
+    assert by["fabric"]["message"] == "h200: GPU 0 (0000:00:06.0): fabric state not reported (status N/A), expected Completed"
+    assert all(p["severity"] == "fail" and p["host"] == "h200" for p in probs)
+
+
+def test_health_real_2xh200_only_model_and_count(real_fixtures):
+    t = gt.build_gpu_topology(real(real_fixtures, "nvidia-h200x2-vm", "q.xml"),
+                              real(real_fixtures, "nvidia-h200x2-vm", "topo.txt"),
+                              real(real_fixtures, "nvidia-h200x2-vm", "nvlink-s.txt"))
+    exp = dict(B300, gpu_count=2, gpu_model="NVIDIA H200")
+    assert gt.health_problems(t, exp) == []
+
+
+def test_health_policies_warn_and_ignore():
+    t = gt.build_gpu_topology(synth.b300_xml(n=7, throttle={1: ["sw_power_cap"]}), synth.b300_topo(n=7),
+                              synth.b300_nvlink(n=7, down={4: [0]}))
+    probs = gt.health_problems(t, B300, policies={"throttle": "warn", "nvlink": "ignore"}, host="b300b")
+    assert [(p["check"], p["severity"], p["gpu"]) for p in probs] == [("gpu_count", "fail", None),
+                                                                      ("throttle", "warn", 1)]
+    assert probs[1]["pci"] == synth.gpu_pci(1)
+    assert probs[1]["actual"] == ["sw_power_cap"]
+
+
+def test_health_remap_failure_message():
+    t = gt.build_gpu_topology(synth.b300_xml(remap={6: {"unc": 512, "failure": True}}), "", synth.b300_nvlink())
+    (p,) = gt.health_problems(t, B300, host="b300a")
+    assert p["check"] == "remapped_rows" and p["gpu"] == 6
+    assert p["message"] == ("b300a: GPU 6 (%s): row remapping: remap failure (512 uncorrectable rows remapped); "
+                            "expected no failure and nothing pending" % synth.gpu_pci(6))
