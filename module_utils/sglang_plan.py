@@ -337,7 +337,9 @@ def build_plan(profile, hosts, settings, catalogs):
                     "model_path": model_path, "model_root": model_root or None,
                     "served_model_name": profile.get("served_model_name"),
                     "host": settings.get("bind_host") or "0.0.0.0", "port": port, "nccl_port": nccl_port,
-                    "bootstrap_port": bootstrap_port, "ib_devices": ",".join(ib_devices) if ib_devices else None,
+                    "bootstrap_port": bootstrap_port,
+                    # when the choice already failed (error recorded above) keep the argv readable, without a 2nd error
+                    "ib_devices": ",".join(ib_devices) if ib_devices else ("<unresolved>" if uses_ib else None),
                 }
                 if server_catalog is not None:
                     errors.extend(check_server_args(args, server_catalog, version, where))

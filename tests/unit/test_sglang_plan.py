@@ -9,6 +9,7 @@ import json
 import pathlib
 import re
 import shlex
+import sys
 
 import pytest
 import yaml
@@ -253,30 +254,48 @@ def test_ib_device_when_cx7_is_the_only_pix_nic_and_cx8_is_broken():
     assert p0["ib_devices"][:3] == ["mlx5_1", "mlx5_2", "mlx5_3"]
 
 
-def test_synth_healthy_fixture_when_present(synth_fixtures):
-    d = synth_fixtures / "healthy"
-    facts = [f for f in (d.glob("**/*.json") if d.is_dir() else []) if "rdma" in f.name or "gpu_topology" in f.name]
-    if not facts:
-        pytest.skip("tests/fixtures/synth/healthy has no gpu_topology/rdma_nics JSON yet (hwemu helper)")
-    loaded = {}
-    for f in facts:
-        data = json.loads(f.read_text())
-        data = data.get("ansible_facts", data)
-        for key in ("gpu_topology", "rdma_nics"):
-            if key in data:
-                loaded[key] = data[key]
-            elif ("devices" in data and key == "rdma_nics" and "rdma" in f.name) or ("gpus" in data and key == "gpu_topology" and "gpu" in f.name):
-                loaded[key] = data
-    if set(loaded) != {"gpu_topology", "rdma_nics"}:
-        pytest.skip("synth/healthy facts incomplete: %s" % sorted(loaded))
-    hl = hosts("glm52_pd")
-    for h in hl:
-        h["gpu_topology"], h["rdma_nics"] = loaded["gpu_topology"], loaded["rdma_nics"]
+@pytest.fixture
+def synth_b300_hosts(tmp_path):
+    """Both hosts with facts parsed by the real facts code from the facts helper's SYNTHESIZED B300 fixture
+    (tests/fixtures/facts/synth.py: 8 GPUs, CX8 mlx5_0..7, fabric-manager CX7 mlx5_8 under GPU 0's switch)."""
+    sys.path.insert(0, str(ROOT / "tests" / "fixtures" / "facts"))
+    import synth  # noqa: E402 pylint: disable=import-outside-toplevel
+    from ansible.module_utils.gpu_topology import build_gpu_topology
+    from ansible.module_utils.rdma_nic import build_rdma_nics
+
+    root = synth.make_sysfs(tmp_path, fm_under_gpu0=True)
+
+    def make(with_nics):
+        topo = build_gpu_topology(synth.b300_xml(), synth.b300_topo(with_nics=with_nics), synth.b300_nvlink(), sysfs_root=root)
+        rdma = build_rdma_nics(root, "OFED-internal-25.10-1.2.2:", None, "6.8.0")
+        hl = hosts("glm52_pd")
+        for h in hl:
+            h["gpu_topology"], h["rdma_nics"] = copy.deepcopy(topo), copy.deepcopy(rdma)
+        return hl, rdma
+    return make
+
+
+@pytest.mark.parametrize("with_nics", [True, False])
+def test_ib_devices_on_synthesized_b300_facts(synth_b300_hosts, with_nics):
+    hl, rdma = synth_b300_hosts(with_nics)
+    fm = [d["name"] for d in rdma["devices"] if d.get("role") == "fabric_manager"]
+    assert fm == ["mlx5_8"]
     p = plan("glm52_pd", host_list=hl)
-    fm = {d["name"] for d in loaded["rdma_nics"]["devices"] if d.get("role") != "data" or d.get("model") != "ConnectX-8"}
+    assert p["errors"] == []
+    inst = by_name(p)
     for i in p["instances"]:
         assert i["ib_devices"], i["id"]
-        assert not set(i["ib_devices"]) & fm
+        assert "mlx5_8" not in i["ib_devices"]
+        assert set(i["ib_devices"]) <= set(sp.candidate_nics(rdma))
+    numa = {d["name"]: d["numa_node"] for d in rdma["devices"]}
+    gpu_numa = {g["index"]: g["numa_node"] for g in hl[0]["gpu_topology"]["gpus"]}
+    p0, p1 = inst[("b300a", "P0")], inst[("b300a", "P1")]
+    # every chosen NIC sits on the NUMA node of one of the instance's GPUs, and P0/P1 do not share NICs
+    for i in (p0, p1):
+        assert {numa[n] for n in i["ib_devices"]} <= {gpu_numa[g] for g in i["gpus"]}
+    if with_nics:
+        assert not set(p0["ib_devices"]) & set(p1["ib_devices"])
+        assert len(p0["ib_devices"]) == 4
 
 
 def test_ib_device_override_and_validation():
