@@ -102,3 +102,50 @@ def test_real_h200_topo_without_nics_gives_no_distance(real_fixtures, tmp_path):
     # all-unknown distances still give every usable data NIC, sorted by name
     rdma = {"devices": [dict(fake_nic, name="mlx5_1"), fake_nic]}
     assert af.nearest_nics(topo, rdma, [0], sysfs_root=str(tmp_path)) == ["mlx5_0", "mlx5_1"]
+
+
+# ----------------------------------------------------------------- hwemu scenarios (SYNTHESIZED, tests/fixtures/synth)
+def _scenarios(synth_dir):
+    if not synth_dir.is_dir():
+        return []
+    return sorted(p.name for p in synth_dir.iterdir() if (p / "expect.json").exists())
+
+
+SYNTH_DIR = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "synth"
+
+
+@pytest.mark.parametrize("scenario", _scenarios(SYNTH_DIR) or ["(hwemu fixtures not rendered)"])
+def test_hwemu_scenario_matches_its_design(scenario):
+    import json
+
+    d = SYNTH_DIR / scenario
+    if not d.is_dir():
+        pytest.fail("tests/fixtures/synth has no scenarios: render them with sandbox/hwemu/render_fixtures.py")
+    exp = json.loads((d / "expect.json").read_text())
+    sysfs = str(d / "sys")
+    topo = build_gpu_topology((d / "q.xml").read_text(), (d / "topo.txt").read_text(),
+                              (d / "nvlink-s.txt").read_text(), sysfs_root=sysfs,
+                              banner_text=(d / "smi.txt").read_text())
+    rdma = build_rdma_nics(sysfs, (d / "ofed_info.txt").read_text(), (d / "mlxfwmanager.txt").read_text(), "6.8.0")
+    assert topo["driver_version"] == exp["driver_version"]
+    assert topo["gpu_count"] == exp["gpu_count"]
+    assert [g["pci_bus_id"] for g in topo["gpus"]] == exp["gpu_pci_bus_ids"]
+    assert topo["topology"]["nic_columns_present"] is exp["topo_nic_columns"]
+    assert {str(g["index"]): g["nvlink"]["down_links"] for g in topo["gpus"] if g["nvlink"]["down_links"]} == \
+        {k: sorted(v) for k, v in exp["nvlink_down"].items()}
+    assert [g["index"] for g in topo["gpus"] if g["throttled"]] == exp["throttled_gpus"]
+    assert [g["index"] for g in topo["gpus"] if g["ecc"]["volatile_uncorrectable"]] == exp["ecc_uncorrectable_gpus"]
+    assert rdma["driver"]["version"] == exp["ofed_version"]
+    by = {n["name"]: n for n in rdma["devices"]}
+    assert set(by) == set(exp["nics"])
+    for name, e in exp["nics"].items():
+        assert (by[name]["pci_address"], by[name]["model"], by[name]["role"], by[name]["numa_node"],
+                by[name]["fw_ver"]) == (e["pci"], e["model"], e["role"], e["numa_node"], e["fw_running"]), name
+        assert by[name]["fw_pending"] == (e["fw_flashed"] if e["fw_flashed"] != e["fw_running"] else None), name
+    assert sorted(n for n, x in by.items() if x["fw_pending"]) == sorted(exp["fw_pending_nics"])
+    assert rdma["usable_devices"] == sorted(n for n, e in exp["nics"].items() if e["role"] == "data")
+    # affinity: each GPU's nearest usable data NIC is the one the scenario put under its PCIe switch
+    want = {e["nearest_gpu"]: n for n, e in exp["nics"].items() if e["nearest_gpu"] is not None}
+    assert af.gpu_nic_map(topo, rdma, sysfs_root=sysfs) == want
+    sources = {af.nic_distance(topo["gpus"][0], by["mlx5_0"], topo["topology"], sysfs)[1]}
+    assert sources == ({"topo"} if exp["topo_nic_columns"] else {"sysfs_pci"})
