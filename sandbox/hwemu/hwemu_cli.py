@@ -431,7 +431,8 @@ AR_USAGE = ("USAGE: all_reduce_perf [-t,--nthreads <num threads>] [-g,--ngpus <g
 
 
 def parse_ar_args(argv):
-    o = model.default_ar_opts(ngpus=1, maxbytes=32 << 20, minbytes=32 << 20, warmup=1)
+    # defaults of the real binary: -b 32M -e 32M -i 1M -f 1 -g 1 -w 1 -n 20
+    o = model.default_ar_opts(ngpus=1, maxbytes=32 << 20, minbytes=32 << 20, warmup=1, stepfactor=1)
     i = 0
     while i < len(argv):
         a = argv[i]
@@ -697,8 +698,8 @@ def hwemu_scenario(argv):
     if argv[0] == "--show":
         return out(current_scenario() + "\n")
     set_scenario(argv[0])
-    out("hwemu: scenario %s (SYNTHESIZED hardware%s)\n" % (
-        argv[0], "; replaying real H200 captures" if argv[0] in scenarios.REAL_SCENARIOS else ""))
+    out("hwemu: scenario %s (%s)\n" % (
+        argv[0], "replaying REAL 1xH200 captures" if argv[0] in scenarios.REAL_SCENARIOS else "SYNTHESIZED hardware"))
     return None
 
 

@@ -452,6 +452,10 @@ _LABELS = {
 }
 
 
+_HEX_TEXT = {"pci_bus", "pci_device", "pci_domain", "pci_base_class", "pci_sub_class", "pci_device_id",
+             "pci_sub_system_id"}
+
+
 def _qtext(el, depth, out):
     for c in el:
         label = _LABELS.get(c.tag, c.tag.replace("_", " ").title())
@@ -476,7 +480,10 @@ def _qtext(el, depth, out):
             _qtext(c, depth + 1 + len(extra) // 4, out)
         else:
             width = 55 - 4 * depth
-            out.append("%s%-*s: %s" % (ind, width, label, (c.text or "").strip()))
+            val = (c.text or "").strip()
+            if c.tag in _HEX_TEXT:
+                val = "0x" + val
+            out.append("%s%-*s: %s" % (ind, width, label, val))
 
 
 def render_q_text(st, timestamp=FIXED_TIMESTAMP, only=None):
