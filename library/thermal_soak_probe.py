@@ -10,7 +10,7 @@ short_description: Prepare a GPU thermal soak (sampler fields, GPU list, loader 
 description:
   - Finds C(nvidia-smi) (in O(bin_path) first), runs the sampling query once and falls back to the
     C(clocks_throttle_reasons.*) names when the driver rejects C(clocks_event_reasons.*).
-  - Picks the loader: a PyTorch bf16 matmul burner when C(torch.cuda.is_available()) is true for one of
+  - Picks the loader, a PyTorch bf16 matmul burner when C(torch.cuda.is_available()) is true for one of
     O(python_candidates), else a looped C(all_reduce_perf), else a gpu-burn-like tool.
   - Returns the plan that C(thermal_soak_runner.py) executes. Reads only; safe in check mode.
 version_added: "0.1.0"

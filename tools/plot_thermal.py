@@ -40,7 +40,7 @@ def plot(samples, summary, out_path):
     for s in samples:
         if s["t"] is not None:
             by_gpu.setdefault(s["index"], []).append(s)
-    fig, (ax_t, ax_c) = plt.subplots(2, 1, sharex=True, figsize=(11, 7), dpi=110)
+    fig, (ax_t, ax_c) = plt.subplots(2, 1, sharex=True, figsize=(12, 7), dpi=110)
     cmap = plt.get_cmap("tab10")
     for n, (idx, ss) in enumerate(sorted(by_gpu.items())):
         ss.sort(key=lambda s: s["t"])
@@ -50,19 +50,24 @@ def plot(samples, summary, out_path):
         ax_t.plot(ts, [s["temp_c"] for s in ss], color=colour, lw=1.3, label="GPU %s (%s)" % (idx, verdict))
         ax_c.plot(ts, [s["sm_mhz"] for s in ss], color=colour, lw=1.3)
     ax_t.axhline(ceiling, color="#c62828", ls="--", lw=1.2, label="ceiling %g °C" % ceiling)
-    shaded = False
-    for g in (summary.get("gpus") or {}).values():
-        for a, b in g.get("throttled_intervals", []):
-            for ax in (ax_t, ax_c):
-                ax.axvspan(a, b, color="#ffb74d", alpha=0.25, lw=0,
-                           label="throttled" if (ax is ax_t and not shaded) else None)
-            shaded = True
+    spans = sorted(tuple(iv) for g in (summary.get("gpus") or {}).values() for iv in g.get("throttled_intervals", []))
+    merged = []
+    for a, b in spans:  # union over GPUs, so overlapping shades do not stack into an opaque block
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    for n, (a, b) in enumerate(merged):
+        for ax in (ax_t, ax_c):
+            ax.axvspan(a, b, color="#ffb74d", alpha=0.3, lw=0,
+                       label="throttled (any GPU)" if (ax is ax_t and n == 0) else None)
     ax_t.set_ylabel("temperature.gpu (°C)")
     ax_c.set_ylabel("SM clock (MHz)")
     ax_c.set_xlabel("time since soak start (s)")
     for ax in (ax_t, ax_c):
         ax.grid(True, alpha=0.3)
-    ax_t.legend(loc="lower right", fontsize=8, ncol=3)
+    ax_c.set_ylim(bottom=0)  # clock drops read in proportion
+    ax_t.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, borderaxespad=0)
     verdict = summary.get("verdict", "?")
     dur = summary.get("duration_s")
     sampled = summary.get("sampled_s")

@@ -339,7 +339,7 @@ def test_plot_writes_png(tmp_path):
                             "--out", str(out)])
     assert rc == 0
     w, h = _png_size(out)
-    assert (w, h) == (1210, 770)
+    assert (w, h) == (1320, 770)
     assert out.stat().st_size > 20000
     keep = os.environ.get("THERMAL_PLOT_KEEP")
     if keep:
