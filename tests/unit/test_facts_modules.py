@@ -210,3 +210,59 @@ def test_gpu_health_check_warn_policy_passes(tmp_path):
     assert rc == 0, res
     assert res["counts"] == {"fail": 0, "warn": 1}
     assert "2 NVLink links down" in res["_stderr"] or any("2 NVLink links down" in w for w in res.get("warnings", []))
+
+
+# ----------------------------------------------------------------- roles hw_facts + gpu_health_gate on hwemu fixtures
+def _hwemu_bin(tmp_path, scenario_dir):
+    """Fake nvidia-smi / ofed_info / mlxfwmanager serving one hwemu scenario's SYNTHESIZED outputs."""
+    d = tmp_path / "hwbin"
+    d.mkdir()
+    smi = ['#!/bin/sh', 'D="%s"' % scenario_dir, 'case "$*" in', '  "-q -x") cat "$D/q.xml" ;;',
+           '  "topo -m") cat "$D/topo.txt" ;;', '  "nvlink -s") cat "$D/nvlink-s.txt" ;;', '  "") cat "$D/smi.txt" ;;',
+           '  *) exit 2 ;;', 'esac']
+    (d / "nvidia-smi").write_text("\n".join(smi) + "\n")
+    (d / "ofed_info").write_text('#!/bin/sh\ncat "%s/ofed_info.txt"\n' % scenario_dir)
+    (d / "mlxfwmanager").write_text('#!/bin/sh\ncat "%s/mlxfwmanager.txt"\n' % scenario_dir)
+    for f in d.iterdir():
+        f.chmod(0o755)
+    return d
+
+
+def run_roles(tmp_path, scenario, extra_vars=None):
+    synth_dir = ROOT / "tests" / "fixtures" / "synth" / scenario
+    if not (synth_dir / "q.xml").exists():
+        pytest.skip("hwemu fixture %s not rendered (sandbox/hwemu/render_fixtures.py)" % scenario)
+    play = tmp_path / "play.yml"
+    play.write_text(
+        "- hosts: localhost\n  gather_facts: false\n  roles: [hw_facts, gpu_health_gate]\n"
+        "  post_tasks:\n    - ansible.builtin.copy:\n        content: '{{ ansible_facts.rdma_nics | to_json }}'\n"
+        "        dest: %s/rdma.json\n      delegate_to: localhost\n" % tmp_path)
+    ev = dict({"hw_bin_path": str(_hwemu_bin(tmp_path, synth_dir)), "hw_sysfs_root": str(synth_dir / "sys"),
+               "ansible_python_interpreter": sys.executable}, **(extra_vars or {}))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_CACHE_PLUGIN="memory",
+               ANSIBLE_NOCOLOR="1", ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"), ANSIBLE_ROLES_PATH=str(ROOT / "roles"))
+    proc = subprocess.run([_ansible_bin("ansible-playbook"), "-i", "localhost,", "-c", "local", "-e", json.dumps(ev),
+                           str(play)], cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=300)
+    return proc
+
+
+def test_roles_pass_on_healthy_b300(tmp_path):
+    proc = run_roles(tmp_path, "healthy")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "8 GPUs" in proc.stdout and "usable RDMA NICs mlx5_0,mlx5_1" in proc.stdout
+    rdma = json.loads((tmp_path / "rdma.json").read_text())
+    assert rdma["usable_devices"] == ["mlx5_%d" % i for i in range(8)]
+
+
+def test_gate_fails_on_nvlink_down_naming_host_gpu_pci(tmp_path):
+    proc = run_roles(tmp_path, "nvlink_down")
+    assert proc.returncode != 0
+    assert ("localhost: GPU 5 (0000:ab:00.0): 2 NVLink links down (links 3, 11); expected 18 links up, 16 up"
+            in proc.stdout)
+
+
+def test_gate_warn_policy_lets_throttled_host_pass(tmp_path):
+    proc = run_roles(tmp_path, "thermal_throttle", {"gpu_health_gate_policy_throttle": "warn"})
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    out = proc.stdout + proc.stderr
+    assert out.count("clocks throttled by hw_thermal_slowdown, sw_thermal_slowdown") == 8
