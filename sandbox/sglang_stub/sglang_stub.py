@@ -149,6 +149,7 @@ TYPE_FUNCS = {
     "parse_cuda_graph_config_arg": parse_cuda_graph_config_arg,
 }
 
+REQUIRED_DESTS = ("model_path",)
 _NARGS0_ACTIONS = ("_StoreTrueAction", "DeprecatedStoreTrueAction", "DeprecatedAction", "DeprecatedStoreConstAction",
                    "_StoreConstAction", "_StoreFalseAction")
 
@@ -156,10 +157,17 @@ _NARGS0_ACTIONS = ("_StoreTrueAction", "DeprecatedStoreTrueAction", "DeprecatedA
 def build_parser(catalog, prog=PROG):
     """An argparse parser equivalent (for accept/refuse) to the real one the catalog was dumped from."""
     parser = argparse.ArgumentParser(prog=prog, allow_abbrev=True)
+    # The catalog has no "required" field: the real parser requires --model-path (alias --model), one action with
+    # both option strings ("the following arguments are required: --model-path/--model").
+    required = [o for o in sorted(catalog) if catalog[o].get("dest") in REQUIRED_DESTS]
+    required.sort(key=lambda o: o != "--" + catalog[o]["dest"].replace("_", "-"))
+    if required:
+        spec = catalog[required[0]]
+        parser.add_argument(*required, dest=spec["dest"], type=TYPE_FUNCS.get(spec.get("type"), str), required=True)
     for opt in sorted(catalog):
         spec = catalog[opt]
         action = spec.get("action")
-        if action == "_HelpAction" or opt in ("-h", "--help"):
+        if action == "_HelpAction" or opt in ("-h", "--help") or opt in required:
             continue
         dest = spec.get("dest")
         if action == "BooleanOptionalAction":
@@ -235,6 +243,7 @@ def serve_preprocess(argv, stderr):
         out.append(argv[i])
         i += 1
     if model_type not in ("auto", "llm", "diffusion"):
+        # 0.5.17 raises "Error: invalid --model-type ..."; 0.5.18 "Unknown serve backend ..." (both exit non-zero)
         stderr.write("Error: invalid --model-type '%s'. Valid values are: auto, llm, diffusion.\n" % model_type)
         raise SystemExit(1)
     if model_type == "diffusion":
@@ -267,7 +276,9 @@ def check_argv(version, argv, options_dir=OPTIONS_DIR):
         with contextlib.redirect_stderr(err):
             parse_serve_args(version, argv, options_dir, stderr=err)
     except SystemExit as exc:
-        return (exc.code if isinstance(exc.code, int) else 2), err.getvalue().strip()
+        lines = [ln for ln in err.getvalue().splitlines() if ln.strip()]
+        errs = [ln for ln in lines if ": error: " in ln or ln.startswith("Error:")]
+        return (exc.code if isinstance(exc.code, int) else 2), (errs[-1] if errs else (lines[-1] if lines else ""))
     return 0, ""
 
 

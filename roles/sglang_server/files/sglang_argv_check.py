@@ -118,8 +118,16 @@ def check_one(argv, server_args_cls, serve_mod, version):
     except ValueError as exc:
         result["error"] = str(exc)
         return result
-    if model_type == "diffusion":
-        result["error"] = "--model-type diffusion selects the diffusion server; this check covers the LLM server only"
+    if model_type not in ("auto", "llm"):
+        registry = getattr(serve_mod, "_create_backend_registry", None)
+        if model_type != "diffusion" and registry is not None:
+            try:  # 0.5.18+: backends come from a registry (out-of-tree entry points can add some)
+                registry().get(model_type)
+            except Exception as exc:  # pylint: disable=broad-except
+                result["error"] = str(exc)
+                return result
+        result["error"] = ("--model-type %s selects another serve backend; this check covers the LLM server only"
+                           % model_type)
         return result
     parser = build_parser(server_args_cls)
     err = io.StringIO()
