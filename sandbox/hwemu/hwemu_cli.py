@@ -622,8 +622,20 @@ def gpu_burn(argv):
         die("gpu_burn: not emulated for h200_real", 2)
     scale = time_scale()
     ld = {"start": time.time(), "duration": secs, "scale": scale, "gpus": gpus}
-    with open(os.path.join(state_dir(), "load.json"), "w") as fh:
+    load_file = os.path.join(state_dir(), "load.json")
+    with open(load_file, "w") as fh:
         json.dump(ld, fh)
+
+    def _stop(*_):
+        # a burner stopped early (SIGTERM from timeout/systemd) takes its load with it
+        try:
+            os.remove(load_file)
+        except OSError:
+            pass
+        sys.exit(143)
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
     out("Burning for %d seconds.\n" % secs)
     steps = max(1, int(secs // 10))
     for k in range(1, steps + 1):

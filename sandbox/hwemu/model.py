@@ -12,6 +12,7 @@ import hashlib
 import json
 import math
 import os
+import time
 import xml.etree.ElementTree as ET
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -550,7 +551,9 @@ def _qf(st, g):
     unc_a = ecc["aggregate"]["dram_uncorrectable"] + ecc["aggregate"]["sram_uncorrectable_parity"] + ecc["aggregate"]["sram_uncorrectable_secded"]
     cor_v = ecc["volatile"]["dram_correctable"] + ecc["volatile"]["sram_correctable"]
     cor_a = ecc["aggregate"]["dram_correctable"] + ecc["aggregate"]["sram_correctable"]
+    now = time.time()
     f = {
+        "timestamp": (None, time.strftime("%Y/%m/%d %H:%M:%S.", time.localtime(now)) + "%03d" % (int(now * 1000) % 1000)),
         "index": (None, g["index"]), "count": (None, len(st["gpus"])), "name": (None, st["gpu_name"]),
         "uuid": (None, g["uuid"]), "serial": (None, g["serial"]), "pci.bus_id": (None, "00000000:%02X:00.0" % g["bus"]),
         "pci.domain": (None, "0x0000"), "pci.bus": (None, "0x%02X" % g["bus"]), "pci.device_id": (None, "0x%s10DE" % st["pci_device_id"]),
