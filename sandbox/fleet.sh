@@ -1,0 +1,378 @@
+#!/usr/bin/env bash
+# sandbox/fleet.sh — a fleet of emulated B300 hosts: systemd-in-Podman containers reachable over SSH.
+#
+#   sandbox/fleet.sh image            build localhost/b300-sandbox:latest (cached by recipe hash)
+#   sandbox/fleet.sh up [N]           start hosts 1..N (default 2, max 32); idempotent, fast when already running
+#   sandbox/fleet.sh down             remove every sandbox container and the network (the image and keys stay)
+#   sandbox/fleet.sh status           containers, addresses, state, emulated-hardware scenario
+#   sandbox/fleet.sh scenario HOST NAME   switch HOST's emulated hardware (/opt/hwemu/bin/hwemu-scenario NAME)
+#   sandbox/fleet.sh ssh HOST [CMD]   SSH into a host with the sandbox key
+#   sandbox/fleet.sh inventory        print the inventory path that covers the running fleet
+#
+# Layout (docs/CONTRACTS.md "Sandbox"): containers b300-<host>, hostnames b300a, b300b, ... b300z, then b300h27...;
+# network b300-sandbox 10.89.30.0/24 (internal: no route out), host i at 10.89.30.(10+i); root SSH with the
+# per-sandbox key .cache/sandbox/id_ed25519. Each host has its own machine-id and SSH host key (kept in
+# .cache/sandbox/hosts/<host>/ so they survive down/up, like real hosts).
+#
+# Emulated hardware, after sshd answers: sandbox/hwemu/ -> /opt/hwemu, sandbox/sglang_stub/ -> /opt/sglang-stub
+# (when those directories exist; re-copied only when their content changed), then
+# `/opt/hwemu/bin/hwemu-scenario <scenario>` (when it exists) with the scenario from, in order:
+# env SCENARIO_<host> (e.g. SCENARIO_b300b=cx8_fw_mismatch), the inventory var `sandbox_scenario`, `healthy`.
+#
+# Environment: CONTAINERS_CONF (default sandbox/containers.conf), SANDBOX_IMAGE, SANDBOX_MAX_HOSTS (32).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+export CONTAINERS_CONF=${CONTAINERS_CONF:-$ROOT/sandbox/containers.conf}
+IMAGE=${SANDBOX_IMAGE:-localhost/b300-sandbox:latest}
+NET=b300-sandbox
+SUBNET=10.89.30.0/24
+GATEWAY=10.89.30.1
+NET_PREFIX=10.89.30
+MAX_HOSTS=${SANDBOX_MAX_HOSTS:-32}
+LABEL=b300.sandbox=1
+STATE=$ROOT/.cache/sandbox
+KEY=$STATE/id_ed25519
+GEN_INV=$STATE/inventory.yml
+STATIC_INV=$ROOT/inventory/sandbox
+INOTIFY_MIN=512
+SSH_OPTS=(-i "$KEY" -o BatchMode=yes -o IdentitiesOnly=yes -o StrictHostKeyChecking=no
+          -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR -o ConnectTimeout=5)
+
+log() { printf 'fleet: %s\n' "$*"; }
+die() { printf 'fleet: ERROR: %s\n' "$*" >&2; exit 1; }
+now() { date +%s.%N; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+
+# host name and address of fleet member i (1-based)
+host_name() {
+  local i=$1
+  if [ "$i" -le 26 ]; then printf 'b300%b\n' "\\$(printf '%03o' $((96 + i)))"; else echo "b300h$i"; fi
+}
+host_ip() { echo "$NET_PREFIX.$((10 + $1))"; }
+# index of a host name (b300a -> 1, b300h27 -> 27); empty when not a fleet name
+host_index() {
+  local h=${1#b300-}
+  case "$h" in
+    b300[a-z]) printf '%d\n' "$(($(printf '%d' "'${h#b300}") - 96))" ;;
+    b300h[0-9]*) echo "${h#b300h}" ;;
+  esac
+}
+
+python_bin() {
+  if [ -x "$ROOT/.venv/bin/python" ]; then echo "$ROOT/.venv/bin/python"; else echo python3; fi
+}
+
+# Long-lived helpers that podman spawns (conmon, aardvark-dns) must not inherit the lock's fd 9, or the lock would
+# stay held for as long as the containers run.
+podman() { command podman "$@" 9>&-; }
+
+with_lock() {
+  mkdir -p "$STATE"
+  exec 9>"$STATE/.lock"
+  flock -w 600 9 || die "another fleet.sh holds $STATE/.lock"
+}
+
+# ---------------------------------------------------------------------------------------------------------- image
+cmd_image() {
+  with_lock
+  local t0; t0=$(now)
+  "$ROOT/sandbox/image/build.sh"
+  log "image step took $(since "$t0") s"
+}
+
+# ------------------------------------------------------------------------------------------------------------- up
+ensure_key() {
+  [ -f "$KEY" ] || ssh-keygen -q -t ed25519 -N '' -C "b300-sandbox" -f "$KEY"
+}
+
+# Per-host identity (machine-id, SSH host key), generated once and kept across down/up.
+ensure_identity() {
+  local h=$1 d=$STATE/hosts/$1
+  mkdir -p "$d/etc/ssh" "$d/root/.ssh"
+  [ -s "$d/etc/machine-id" ] || tr -d '-' </proc/sys/kernel/random/uuid >"$d/etc/machine-id"
+  [ -f "$d/etc/ssh/ssh_host_ed25519_key" ] ||
+    ssh-keygen -q -t ed25519 -N '' -C "root@$h" -f "$d/etc/ssh/ssh_host_ed25519_key"
+  cp "$KEY.pub" "$d/root/.ssh/authorized_keys"
+  chmod 0444 "$d/etc/machine-id"
+  chmod 0600 "$d/etc/ssh/ssh_host_ed25519_key" "$d/root/.ssh/authorized_keys"
+}
+
+ensure_network() {
+  if podman network exists "$NET"; then
+    local subnet
+    subnet=$(podman network inspect --format '{{range .Subnets}}{{.Subnet}}{{end}}' "$NET")
+    [ "$subnet" = "$SUBNET" ] || die "network $NET exists with subnet $subnet (want $SUBNET): run 'sandbox/fleet.sh down'"
+    return
+  fi
+  # --internal: no NAT and no default route in the hosts, so tests cannot reach anything but the fleet and the
+  # controller (which owns $GATEWAY on the bridge and reaches the hosts directly).
+  podman network create --internal --subnet "$SUBNET" --gateway "$GATEWAY" --label "$LABEL" "$NET" >/dev/null
+  log "network $NET ($SUBNET, internal) created"
+}
+
+# systemd needs ~4 inotify instances per container; the default of 128 hangs boots of big fleets.
+raise_inotify() {
+  local cur; cur=$(sysctl -n fs.inotify.max_user_instances)
+  if [ "$cur" -lt "$INOTIFY_MIN" ]; then
+    [ -f "$STATE/inotify.orig" ] || echo "$cur" >"$STATE/inotify.orig"
+    sysctl -q -w fs.inotify.max_user_instances=$INOTIFY_MIN
+    log "fs.inotify.max_user_instances $cur -> $INOTIFY_MIN (restored by 'down')"
+  fi
+}
+
+restore_inotify() {
+  if [ -f "$STATE/inotify.orig" ]; then
+    local old; old=$(cat "$STATE/inotify.orig")
+    sysctl -q -w fs.inotify.max_user_instances="$old"
+    rm -f "$STATE/inotify.orig"
+    log "fs.inotify.max_user_instances restored to $old"
+  fi
+}
+
+# Wait until every address answers with an SSH banner, then prove key login on all (in parallel).
+wait_ssh() {
+  local deadline=$((SECONDS + 60 + 2 * $#)) ip pending=("$@") left
+  while [ ${#pending[@]} -gt 0 ]; do
+    left=()
+    for ip in "${pending[@]}"; do
+      timeout 2 bash -c "exec 3<>/dev/tcp/$ip/22 && head -c 4 <&3" 2>/dev/null | grep -q '^SSH-' || left+=("$ip")
+    done
+    pending=("${left[@]+"${left[@]}"}")
+    [ ${#pending[@]} -eq 0 ] && break
+    [ $SECONDS -lt $deadline ] || die "sshd not answering on: ${pending[*]}"
+    sleep 0.3
+  done
+  local pids=() failed=()
+  for ip in "$@"; do ssh "${SSH_OPTS[@]}" "root@$ip" true & pids+=($!); done
+  local k=0
+  for ip in "$@"; do wait "${pids[$k]}" || failed+=("$ip"); k=$((k + 1)); done
+  [ ${#failed[@]} -eq 0 ] || die "SSH key login failed on: ${failed[*]}"
+}
+
+# Files of a source directory that travel to the hosts: what git would commit (tracked + untracked, not ignored),
+# so build droppings (__pycache__, generated state) never trigger a re-copy. Paths relative to the directory.
+tree_files() {
+  if git -C "$ROOT" rev-parse --git-dir >/dev/null 2>&1; then
+    git -C "$1" ls-files -co --exclude-standard -- . | LC_ALL=C sort
+  else
+    (cd "$1" && find . -path '*/__pycache__' -prune -o -type f -print | sed 's|^\./||' | LC_ALL=C sort)
+  fi
+}
+
+# content hash of those files (paths + contents)
+tree_hash() {
+  (cd "$1" && tree_files "$1" | xargs -r -d '\n' sha256sum | sha256sum | cut -c1-16)
+}
+
+# Desired scenario of every host given: env SCENARIO_<host>, inventory sandbox_scenario, healthy.
+desired_scenarios() {
+  local inv=$STATIC_INV
+  "$(python_bin)" - "$inv" "$@" <<'PY'
+import os, sys, pathlib
+try:
+    import yaml
+except ImportError:  # no PyYAML: inventory defaults cannot be read; env overrides and 'healthy' still apply
+    yaml = None
+inv, hosts = pathlib.Path(sys.argv[1]), sys.argv[2:]
+def load(p):
+    if yaml is None or not p.is_file():
+        return {}
+    return yaml.safe_load(p.read_text()) or {}
+default = load(inv / "group_vars" / "all.yml").get("sandbox_scenario") or "healthy"
+hostvars = {}
+def walk(group):
+    for name, hv in ((group or {}).get("hosts") or {}).items():
+        if hv and "sandbox_scenario" in hv:
+            hostvars[name] = hv["sandbox_scenario"]
+    for child in ((group or {}).get("children") or {}).values():
+        walk(child)
+walk(load(inv / "hosts.yml").get("all"))
+for h in hosts:
+    hv = load(inv / "host_vars" / f"{h}.yml")
+    s = os.environ.get(f"SCENARIO_{h}") or hv.get("sandbox_scenario") or hostvars.get(h) or default
+    print(h, s)
+PY
+}
+
+# Copy hwemu / sglang stub when changed and converge the scenario: one `podman exec` per host when nothing changed.
+provision() {
+  local hw_src=$ROOT/sandbox/hwemu stub_src=$ROOT/sandbox/sglang_stub hw_hash="" stub_hash="" h s
+  [ -d "$hw_src" ] && hw_hash=$(tree_hash "$hw_src")
+  [ -d "$stub_src" ] && stub_hash=$(tree_hash "$stub_src")
+  local pids=() names=()
+  while read -r h s; do
+    provision_host "$h" "$s" "$hw_hash" "$stub_hash" & pids+=($!); names+=("$h")
+  done < <(desired_scenarios "$@")
+  local k=0 failed=()
+  for h in "${names[@]}"; do wait "${pids[$k]}" || failed+=("$h"); k=$((k + 1)); done
+  [ ${#failed[@]} -eq 0 ] || die "provisioning failed on: ${failed[*]}"
+}
+
+provision_host() {
+  local h=$1 want_scn=$2 hw_hash=$3 stub_hash=$4 c=b300-$1 state have_hw have_stub have_scn has_tool
+  state=$(podman exec "$c" sh -c 'cat /opt/hwemu/.b300-tree 2>/dev/null || echo -; cat /opt/sglang-stub/.b300-tree 2>/dev/null || echo -;
+    cat /opt/hwemu/scenario 2>/dev/null || echo -; test -x /opt/hwemu/bin/hwemu-scenario && echo yes || echo no')
+  { read -r have_hw; read -r have_stub; read -r have_scn; read -r has_tool; } <<<"$state"
+  if [ -n "$hw_hash" ] && [ "$have_hw" != "$hw_hash" ]; then
+    copy_tree "$c" "$ROOT/sandbox/hwemu" /opt/hwemu "$hw_hash"
+    has_tool=$(podman exec "$c" sh -c 'test -x /opt/hwemu/bin/hwemu-scenario && echo yes || echo no')
+    have_scn=-   # fresh copy: (re)apply the scenario
+    log "$h: /opt/hwemu updated ($hw_hash)"
+  fi
+  if [ -n "$stub_hash" ] && [ "$have_stub" != "$stub_hash" ]; then
+    copy_tree "$c" "$ROOT/sandbox/sglang_stub" /opt/sglang-stub "$stub_hash"
+    log "$h: /opt/sglang-stub updated ($stub_hash)"
+  fi
+  if [ "$has_tool" = yes ] && [ "$have_scn" != "$want_scn" ]; then
+    podman exec "$c" /opt/hwemu/bin/hwemu-scenario "$want_scn" >/dev/null ||
+      die "$h: /opt/hwemu/bin/hwemu-scenario $want_scn failed"
+    log "$h: scenario $want_scn"
+  fi
+}
+
+copy_tree() {
+  local c=$1 src=$2 dst=$3 hash=$4
+  tree_files "$src" | tar -C "$src" --owner=0 --group=0 --verbatim-files-from -T - -cf - |
+    podman exec -i "$c" sh -c "set -e; rm -rf '$dst.new'; mkdir -p '$dst.new'; tar -C '$dst.new' -xf -;
+      echo '$hash' > '$dst.new/.b300-tree'; rm -rf '$dst'; mv '$dst.new' '$dst'"
+}
+
+write_inventory() {
+  local n=$1
+  ln -sfn ../../inventory/sandbox/group_vars "$STATE/group_vars"
+  "$(python_bin)" - "$STATIC_INV/hosts.yml" "$GEN_INV" "$n" <<PY
+import sys, yaml
+src, dst, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+inv = yaml.safe_load(open(src))
+hosts = inv["all"]["children"]["gpu_nodes"].setdefault("hosts", {})
+for i in range(1, n + 1):
+    name = "b300" + chr(96 + i) if i <= 26 else f"b300h{i}"
+    hosts.setdefault(name, {})["ansible_host"] = "$NET_PREFIX.%d" % (10 + i)
+with open(dst, "w") as f:
+    f.write("---\n# GENERATED by sandbox/fleet.sh up %d: inventory/sandbox/hosts.yml + hosts 3..%d. group_vars -> inventory/sandbox/group_vars\n" % (n, n))
+    yaml.safe_dump(inv, f, default_flow_style=False, sort_keys=False)
+PY
+}
+
+cmd_up() {
+  local n=${1:-2}
+  [[ "$n" =~ ^[0-9]+$ ]] && [ "$n" -ge 1 ] && [ "$n" -le "$MAX_HOSTS" ] || die "up N: N must be 1..$MAX_HOSTS (got '$n')"
+  command -v podman >/dev/null || die "podman missing: run sandbox/install-deps.sh"
+  with_lock
+  local t0 t_img t_start t_ssh; t0=$(now)
+  podman image exists "$IMAGE" || "$ROOT/sandbox/image/build.sh"
+  t_img=$(since "$t0")
+  local image_id; image_id=$(podman image inspect --format '{{.Id}}' "$IMAGE")
+  ensure_key
+  ensure_network
+  raise_inotify
+
+  local i h c st img to_start=() ips=() names=()
+  local -A info=()
+  while IFS='|' read -r c st img; do info[$c]="$st|$img"; done \
+    < <(podman ps -a --filter "label=$LABEL" --format '{{.Names}}|{{.State}}|{{.ImageID}}')
+  for ((i = 1; i <= n; i++)); do
+    h=$(host_name "$i"); c=b300-$h
+    names+=("$h"); ips+=("$(host_ip "$i")")
+    if [ -n "${info[$c]:-}" ]; then
+      st=${info[$c]%%|*}; img=${info[$c]#*|}
+      if [[ "$image_id" != "$img"* ]] && [[ "$img" != "$image_id"* ]]; then
+        log "$h: image changed, recreating"
+        podman rm -f -t 2 "$c" >/dev/null
+      elif [[ "$st" == Up* || "$st" == running ]]; then
+        continue
+      else
+        to_start+=("$c"); continue
+      fi
+    fi
+    ensure_identity "$h"
+    podman create -q --name "$c" --hostname "$h" --label "$LABEL" --label "b300.host=$h" \
+      --network "$NET" --ip "$(host_ip "$i")" --network-alias "$h" --systemd=always --stop-timeout 3 \
+      "$IMAGE" /sbin/init >/dev/null
+    # identity before first boot: systemd and sshd never see an empty machine-id or a missing host key
+    tar -C "$STATE/hosts/$h" --owner=0 --group=0 --numeric-owner -cf - \
+      etc/machine-id etc/ssh/ssh_host_ed25519_key etc/ssh/ssh_host_ed25519_key.pub root/.ssh/authorized_keys |
+      podman cp - "$c:/"
+    to_start+=("$c")
+  done
+  local extra; extra=$(podman ps -a --filter "label=$LABEL" --format '{{.Names}}' | wc -l)
+  # conmon keeps podman's stderr and may write to it later ("failed to connect to syslog"): capture it in a file
+  if [ ${#to_start[@]} -gt 0 ] && ! podman start "${to_start[@]}" >/dev/null 2>"$STATE/start.err"; then
+    cat "$STATE/start.err" >&2; die "podman start failed"
+  fi
+  t_start=$(since "$t0")
+  wait_ssh "${ips[@]}"
+  t_ssh=$(since "$t0")
+  provision "${names[@]}"
+  if [ "$n" -gt 2 ]; then write_inventory "$n"; fi
+  log "up $n: ${#to_start[@]} started, $((n - ${#to_start[@]})) already running; image ${t_img} s, start ${t_start} s, ssh-ready ${t_ssh} s, provisioned $(since "$t0") s"
+  [ "$extra" -le "$n" ] || log "note: $((extra - n)) more sandbox host(s) beyond $n are still running ('down' removes all)"
+  log "inventory: $(inventory_path)"
+}
+
+inventory_path() {
+  if [ -f "$GEN_INV" ]; then echo "$GEN_INV"; else echo "$STATIC_INV"; fi
+}
+
+# ----------------------------------------------------------------------------------------------------------- down
+cmd_down() {
+  with_lock
+  local t0; t0=$(now)
+  local cs; mapfile -t cs < <(podman ps -a --filter "label=$LABEL" --format '{{.Names}}')
+  [ ${#cs[@]} -eq 0 ] || podman rm -f -t 2 "${cs[@]}" >/dev/null
+  ! podman network exists "$NET" || podman network rm "$NET" >/dev/null
+  rm -f "$GEN_INV" "$STATE/group_vars"
+  restore_inotify
+  log "down: removed ${#cs[@]} host(s) and network $NET in $(since "$t0") s (image kept)"
+}
+
+# --------------------------------------------------------------------------------------------------------- status
+cmd_status() {
+  local recipe
+  recipe=$(podman image inspect --format '{{ index .Labels "b300.recipe" }}' "$IMAGE" 2>/dev/null || echo "absent")
+  echo "image $IMAGE: recipe ${recipe:-?}"
+  if podman network exists "$NET"; then echo "network $NET: $SUBNET"; else echo "network $NET: absent"; fi
+  printf '%-10s %-16s %-10s %s\n' HOST ADDRESS STATE SCENARIO
+  local c st h scn
+  while IFS='|' read -r c st; do
+    [ -n "$c" ] || continue
+    h=${c#b300-}; scn=-
+    [[ "$st" != Up* ]] || scn=$(podman exec "$c" cat /opt/hwemu/scenario 2>/dev/null || echo -)
+    printf '%-10s %-16s %-10s %s\n' "$h" "$(host_ip "$(host_index "$h")")" "$st" "$scn"
+  done < <(podman ps -a --filter "label=$LABEL" --format '{{.Names}}|{{.State}}' | sort -V)
+  echo "inventory: $(inventory_path)"
+}
+
+# ------------------------------------------------------------------------------------------------------- scenario
+cmd_scenario() {
+  [ $# -eq 2 ] || die "usage: fleet.sh scenario HOST NAME"
+  local h=${1#b300-} name=$2
+  podman container exists "b300-$h" || die "no sandbox host $h (container b300-$h)"
+  podman exec "b300-$h" test -x /opt/hwemu/bin/hwemu-scenario ||
+    die "$h has no /opt/hwemu/bin/hwemu-scenario (sandbox/hwemu not provisioned)"
+  podman exec "b300-$h" /opt/hwemu/bin/hwemu-scenario "$name"
+  log "$h: scenario $(podman exec "b300-$h" cat /opt/hwemu/scenario)"
+}
+
+cmd_ssh() {
+  [ $# -ge 1 ] || die "usage: fleet.sh ssh HOST [CMD...]"
+  local i; i=$(host_index "$1"); [ -n "$i" ] || die "not a sandbox host name: $1"
+  shift
+  exec ssh "${SSH_OPTS[@]}" "root@$(host_ip "$i")" "$@"
+}
+
+usage() { sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; }
+
+sub=${1:-}; shift || true
+case "$sub" in
+  image) cmd_image "$@" ;;
+  up) cmd_up "$@" ;;
+  down) cmd_down "$@" ;;
+  status) cmd_status "$@" ;;
+  scenario) cmd_scenario "$@" ;;
+  ssh) cmd_ssh "$@" ;;
+  inventory) inventory_path ;;
+  -h | --help | help) usage ;;
+  *) usage >&2; exit 2 ;;
+esac
