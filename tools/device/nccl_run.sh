@@ -31,7 +31,7 @@ ARCHIVE=${NCCL_TESTS_ARCHIVE:-$REPO/.src/nccl-tests-2.19.6.tar.gz}
 [ -n "${NCCL_RUN_SKIP_WHEELS:-}" ] || ls .whl/*.whl >/dev/null 2>&1 || die "no wheels in .whl/: carry .whl with ansible-core 2.19.14 and its deps"
 command -v nvidia-smi >/dev/null || die "nvidia-smi not found: not a GPU machine?"
 nvidia-smi -L | tee "$WORK/nvidia-smi-L.txt"
-NGPU=$(nvidia-smi -L | grep -c '^GPU ')
+NGPU=${NCCL_RUN_GPUS:-$(nvidia-smi -L | grep -c '^GPU ')}   # NCCL_RUN_GPUS=1: the -g 1 run on a multi-GPU machine
 [ "$NGPU" -ge 1 ] || die "nvidia-smi lists no GPU"
 
 # (a) ansible-core from the carried wheels -------------------------------------------------------------------------
@@ -84,7 +84,7 @@ ansible-playbook -i localhost, -c local tools/device/nccl_local.yml \
   -e nccl_validation_artifacts_dir="$WORK/artifacts" \
   -e nccl_validation_tests_install_root="$INSTALL_ROOT" \
   -e nccl_validation_cuda_home="$CUDA" \
-  -e nccl_validation_build_jobs="$(nproc)" 2>&1 | tee "$OUT/ansible.log"
+  -e nccl_validation_build_jobs="$(nproc)" -e nccl_validation_gpu_count="$NGPU" 2>&1 | tee "$OUT/ansible.log"
 ROLE_RC=${PIPESTATUS[0]}
 T2=$(date +%s)
 VERDICT=$(ls -1 "$WORK"/artifacts/localhost/2*.json 2>/dev/null | head -1)
