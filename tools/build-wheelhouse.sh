@@ -9,7 +9,8 @@
 #     so the large GPU dependency set is not needed there)
 #   - mooncake-transfer-engine==$MOONCAKE_VERSION, --no-deps (the PD profile's transfer backend)
 # Idempotent: pip download skips files already present; a re-run only checks the index. Prints the size.
-# For a REAL GPU host's full offline wheelhouse see tools/WHEELHOUSE.md (cuda-tile trap).
+# A REAL GPU host needs the full dependency set (torch, flashinfer, sglang-kernel, cuda-tile ...): see the
+# operator notes in the project README ("Offline wheelhouse for a GPU host", incl. the cuda-tile trap).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
