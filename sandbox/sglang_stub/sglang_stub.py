@@ -20,6 +20,7 @@ Environment knobs (all optional):
   SGLANG_STUB_DRAIN_SECONDS   longest wait for in-flight requests after SIGTERM (default 30)
   SGLANG_STUB_HANG_MAX_SECONDS  a hung request gives up (504) after this long (default 600)
   SGLANG_STUB_INSTANCE_NAME   name in the answer text (default <hostname>:<port> when --host is a wildcard)
+  SGLANG_STUB_CHECK_ONLY=1    `serve ARGV` only parses (exit 0 accepted / 2 refused) and starts nothing
 """
 
 import argparse
@@ -899,6 +900,13 @@ def main(argv=None, argv0=None):
         sys.stdout.write("sglang version: %s\ngit revision: sglang-stub (TEST DOUBLE, not SGLang)\n" % version)
         return 0
     if cmd == "serve":
+        if os.environ.get("SGLANG_STUB_CHECK_ONLY", "") not in ("", "0"):
+            # Preflight in the sandbox: the same accept/refuse verdict, nothing started.
+            _ns, warnings = parse_serve_args(version, rest)
+            for w in warnings:
+                log("WARNING", w)
+            sys.stdout.write("OK: sglang %s parser (sglang-stub catalog) accepts the command line\n" % version)
+            return 0
         return serve(version, rest)
     sys.stderr.write("sglang: error: argument command: invalid choice: %r (choose from 'serve', 'version')\n" % cmd)
     return 2

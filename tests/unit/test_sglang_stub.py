@@ -101,6 +101,13 @@ def test_cli_exit_codes_and_version():
     bad = subprocess.run([str(BIN / "sglang-0.5.18"), "serve", "--model-path", "/m", "--nope"],
                          capture_output=True, text=True, timeout=30)
     assert bad.returncode == 2 and "unrecognized arguments: --nope" in bad.stderr
+    chk = dict(os.environ, SGLANG_STUB_CHECK_ONLY="1")
+    ok = subprocess.run([str(BIN / "sglang-0.5.17"), "serve", "--model-path", "/m", "--tp", "4", "--port", "1"],
+                        capture_output=True, text=True, timeout=30, env=chk)
+    assert ok.returncode == 0 and ok.stdout.startswith("OK:") and "--tp is an abbreviation of --tp-size" in ok.stderr
+    refused = subprocess.run([str(BIN / "sglang-0.5.17"), "serve", "--model-path", "/m", "--nope-flag", "x"],
+                             capture_output=True, text=True, timeout=30, env=chk)
+    assert refused.returncode == 2 and "unrecognized arguments" in refused.stderr
     nover = subprocess.run([str(BIN / "sglang"), "version"], capture_output=True, text=True, timeout=30,
                            env={k: v for k, v in os.environ.items() if k != "SGLANG_STUB_VERSION"})
     assert nover.returncode == 2 and "no version" in nover.stderr
