@@ -249,7 +249,7 @@ def build_plan(profile, hosts, settings, catalogs):
     model_path = model_root + "/" + str(profile.get("model_dir") or "") if model_root else None
     if not model_root:
         errors.append("profile %s: sglang_model_root is empty; expected the directory holding %s" % (pname, profile.get("model_dir")))
-    executable = str(settings.get("executable") or "/opt/sglang/%s/bin/sglang" % version)
+    executable = str(settings.get("executable") or "/opt/sglang/{version}/bin/sglang").replace("{version}", version)
     env_dir = str(settings.get("env_dir") or "/etc/sglang").rstrip("/")
     unit_prefix = str(settings.get("unit_prefix") or "sglang")
     extra_args = settings.get("extra_args") or {}
@@ -446,7 +446,7 @@ def _plan_router(profile, instances, hosts_by_name, settings, catalog, version, 
     argv_args = render_args(args, ctx, where, errors, expansions)
     if settings.get("api_key_enabled"):
         argv_args += ["--api-key", API_KEY_TOKEN]
-    python = str(settings.get("router_python") or "/opt/sglang-router/%s/bin/python" % version)
+    python = str(settings.get("router_python") or "/opt/sglang-router/{version}/bin/python").replace("{version}", version)
     address = rhost.get("address") or rhost["name"]
     return {
         "host": rhost["name"], "address": address, "port": port, "prometheus_host": prom_host, "prometheus_port": prom_port,
