@@ -89,6 +89,14 @@ options:
     description: Gather mode - root of the sysfs tree (C(hw_sysfs_root)).
     type: path
     default: /sys
+  ofed_info:
+    description:
+      - Gather mode - V(always) runs C(ofed_info -s) like M(rdma_nic_facts). V(auto) runs it only when the
+        C(mlx5_core) module version cannot tell DOCA-OFED from MLNX_OFED by itself (versions older than 25.x);
+        C(rdma_nics.driver.ofed_info) is then null. The audit uses V(auto) (one emulated tool call less per host).
+    type: str
+    choices: [always, auto]
+    default: always
   read_topo:
     description:
       - Gather mode - also run C(nvidia-smi topo -m). The audit sets V(false) (it needs driver, VBIOS and NVLink
@@ -174,8 +182,9 @@ import tempfile
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.gpu_topology import build_gpu_topology
 from ansible.module_utils.rdma_nic import build_rdma_nics
-from ansible.module_utils.fw_matrix import (MatrixError, audit_fleet, check_host, device_message, host_messages, load_matrix_doc,
-                                            merge_rows, normalise_policy, render_markdown, render_prometheus, to_json)
+from ansible.module_utils.fw_matrix import (MatrixError, audit_fleet, check_host, device_message, host_messages,
+                                            load_matrix_doc, merge_rows, normalise_policy, parse_driver_version,
+                                            render_markdown, render_prometheus, to_json)
 
 try:
     import yaml
@@ -215,6 +224,18 @@ def _run(module, argv):
 def gather_rdma_nics(module, dirs, sysfs_root):
     """Same inputs as library/rdma_nic_facts.py: sysfs, `ofed_info -s`, `mlxfwmanager --query` when installed."""
     ofed_info = module.get_bin_path("ofed_info", opt_dirs=dirs)
+    if ofed_info and module.params["ofed_info"] == "auto":
+        version = None
+        for rel in (("module", "mlx5_core", "version"), ("bus", "pci", "drivers", "mlx5_core", "module", "version")):
+            try:
+                with open(os.path.join(sysfs_root, *rel)) as f:
+                    version = f.read().strip()
+                break
+            except (IOError, OSError):
+                continue
+        parsed = parse_driver_version(version) if version else None
+        if parsed and (parsed["scheme"] == "yymm" or parsed["yymm"][0] >= 25):
+            ofed_info = None   # DOCA-OFED by version alone (rdma_nic.driver_facts draws the same conclusion)
     mlxfw = module.get_bin_path("mlxfwmanager", opt_dirs=dirs)
     ofed_text = _run(module, [ofed_info, "-s"]) if ofed_info else None
     mlxfw_text = _run(module, [mlxfw, "--query"]) if mlxfw else None
@@ -274,6 +295,7 @@ def main():
             bin_path=dict(type="list", elements="path", default=[]),
             sysfs_root=dict(type="path", default="/sys"),
             read_topo=dict(type="bool", default=True),
+            ofed_info=dict(type="str", choices=["always", "auto"], default="always"),
         ),
         mutually_exclusive=[("rdma_nics", "hosts"), ("matrix", "matrix_file"), ("gather", "rdma_nics"), ("gather", "hosts")],
         supports_check_mode=True,

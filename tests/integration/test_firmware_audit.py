@@ -1,0 +1,154 @@
+"""Integration: the NIC firmware gate and the on-call audit against the sandbox hosts (emulated hardware).
+
+b300b is switched to the SYNTHESIZED hwemu scenario `cx8_fw_mismatch` (exactly mlx5_3 runs 40.44.1036 under
+DOCA-OFED 25.10-1.2.2, which bundles 40.47.1026); a finalizer puts it back to `healthy`.
+
+"Nothing changed on a host" is proven with a marker file: every file outside the volatile paths (/proc, /sys, /dev,
+/run, /tmp, /var/log, /var/cache, /var/lib/systemd, /root/.ansible, the emulator's own /opt/hwemu) that is newer than
+the marker is a change. The helper first proves it sees a change (positive control) before it is trusted.
+"""
+import json
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import time
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+VENV_BIN = ROOT / ".venv" / "bin"
+ENV = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+           CONTAINERS_CONF=os.environ.get("CONTAINERS_CONF", str(ROOT / "sandbox" / "containers.conf")),
+           PATH="%s:%s" % (VENV_BIN, os.environ.get("PATH", "")), ANSIBLE_FORCE_COLOR="0", NO_COLOR="1")
+HOSTS = ("b300a", "b300b")
+MARKER = "/tmp/.fwgate-marker"
+PRUNE = ["/proc", "/sys", "/dev", "/run", "/tmp", "/var/tmp", "/var/log", "/var/cache", "/var/lib/systemd",
+         "/root/.ansible", "/opt/hwemu"]
+
+
+def pexec(host, cmd, check=True):
+    r = subprocess.run(["podman", "exec", "b300-%s" % host, "sh", "-c", cmd], env=ENV, capture_output=True,
+                       text=True, timeout=60)
+    if check and r.returncode != 0:
+        raise AssertionError("podman exec %s %r failed: %s %s" % (host, cmd, r.stdout, r.stderr))
+    return r.stdout
+
+
+def mark(host):
+    pexec(host, "touch %s; sleep 1.1" % MARKER)
+
+
+def changed_files(host):
+    prune = " -o ".join("-path %s" % p for p in PRUNE)
+    out = pexec(host, "find / -xdev \\( %s \\) -prune -o -newer %s -print" % (prune, MARKER), check=False)
+    return sorted(line for line in out.splitlines() if line and line != MARKER)
+
+
+def scenario(host, name):
+    pexec(host, "/opt/hwemu/bin/hwemu-scenario %s >/dev/null" % name)
+    assert pexec(host, "cat /opt/hwemu/scenario").strip() == name
+
+
+def run(argv, timeout=600):
+    return subprocess.run(argv, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def fleet(request):
+    """The 2-host sandbox (the shared `sandbox` fixture when present), b300b on cx8_fw_mismatch while tests run."""
+    try:
+        request.getfixturevalue("sandbox")
+    except pytest.FixtureLookupError:
+        if shutil.which("podman") is None:
+            pytest.skip("podman not installed")
+    for h in HOSTS:
+        r = subprocess.run(["podman", "exec", "b300-%s" % h, "test", "-x", "/opt/hwemu/bin/hwemu-scenario"],
+                           env=ENV, capture_output=True)
+        if r.returncode != 0:
+            pytest.skip("sandbox host %s not up with hwemu (make sandbox)" % h)
+    # positive control: the change detector sees a file written after the marker
+    mark("b300a")
+    pexec("b300a", "mkdir -p /srv && touch /srv/.fwgate-probe")
+    assert "/srv/.fwgate-probe" in changed_files("b300a")
+    pexec("b300a", "rm -f /srv/.fwgate-probe")
+    scenario("b300a", "healthy")
+    scenario("b300b", "cx8_fw_mismatch")
+    request.addfinalizer(lambda: scenario("b300b", "healthy"))
+    pci = pexec("b300b", "basename $(readlink -f /opt/hwemu/sys/class/infiniband/mlx5_3/device)").strip()
+    assert re.match(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$", pci)
+    return {"mlx5_3_pci": pci}
+
+
+def test_site_stops_in_preflight_before_any_change(fleet):
+    for h in HOSTS:
+        mark(h)
+    r = run(["ansible-playbook", "site.yml", "-i", "inventory/sandbox", "-l", "b300a,b300b"])
+    out = r.stdout + r.stderr
+    assert r.returncode != 0, out[-3000:]
+    gate = [line for line in out.splitlines() if "mlx5_3" in line and "MISMATCH" in line]
+    assert gate, "gate message missing:\n" + out[-4000:]
+    for part in ("b300b", fleet["mlx5_3_pci"], "ConnectX-8", "fw 40.44.1036", "doca_ofed 25.10-1.2.2",
+                 "expected 40.47.1026", "mlxfwreset -d %s reset" % fleet["mlx5_3_pci"]):
+        assert part in gate[0], (part, gate[0])
+    # no play started after the gate failed (any_errors_fatal), and nothing changed on either host
+    after = out[out.index("NIC firmware gate FAILED"):]
+    assert not re.search(r"^PLAY \[", after, re.M), after[:3000]
+    for h in HOSTS:
+        assert changed_files(h) == [], (h, changed_files(h))
+    recap = dict(re.findall(r"^(b300[ab])\s+:\s+(.*)$", out, re.M))
+    assert set(recap) == set(HOSTS)
+    assert all("changed=0" in v for v in recap.values()), recap
+
+
+def test_audit_reports_exactly_mlx5_3_and_exits_2(fleet, tmp_path):
+    r = run([str(ROOT / "tools" / "fw-audit"), "-i", "inventory/sandbox", "-l", "b300a,b300b", "--json",
+             "--report-dir", str(tmp_path)])
+    assert r.returncode == 2, r.stdout[-3000:] + r.stderr[-3000:]
+    rep = json.loads(r.stdout)
+    bad = [(x["host"], x["device"], x["verdict"], x["pci_address"], x["fw"], x["expected"])
+           for x in rep["nic_rows"] if x["verdict"] not in ("ok", "ignored")]
+    assert bad == [("b300b", "mlx5_3", "mismatch", fleet["mlx5_3_pci"], "40.44.1036", "40.47.1026")]
+    ignored = [(x["host"], x["device"], x["model"]) for x in rep["nic_rows"] if x["verdict"] == "ignored"]
+    assert sorted(ignored) == [("b300a", "mlx5_8", "ConnectX-7"), ("b300b", "mlx5_8", "ConnectX-7")]
+    assert {h: e["status"] for h, e in rep["hosts"].items()} == {"b300a": "ok", "b300b": "fail"}
+    assert rep["gpu"]["problems"] == [] and len(rep["gpu"]["driver_versions"]) == 1
+    md = sorted(tmp_path.glob("fw-audit-*.md"))
+    assert md and "| b300b | mlx5_3 | ConnectX-8 | %s | 40.44.1036 |" % fleet["mlx5_3_pci"] in md[-1].read_text()
+
+
+def test_audit_in_check_mode_changes_nothing(fleet, tmp_path):
+    for h in HOSTS:
+        mark(h)
+    r = run(["ansible-playbook", "playbooks/firmware_audit.yml", "-i", "inventory/sandbox", "-l", "b300a,b300b",
+             "--check", "-e", "audit_report_dir=%s" % tmp_path, "-e", "audit_report_name=check"])
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-3000:]
+    recap = dict(re.findall(r"^(\S+)\s+:\s+ok=\d+\s+(changed=\d+)", out, re.M))
+    assert recap and set(HOSTS) <= set(recap) and set(recap.values()) == {"changed=0"}, recap
+    assert json.loads((tmp_path / "check.json").read_text())["summary"]["exit_code"] == 2
+    for h in HOSTS:
+        assert changed_files(h) == [], (h, changed_files(h))
+
+
+def test_unreachable_host_reported_and_exit_3(fleet, tmp_path):
+    inv = tmp_path / "inv"
+    inv.mkdir()
+    (inv / "group_vars").symlink_to(ROOT / "inventory" / "sandbox" / "group_vars")
+    # b300y: an address on the sandbox network that no container holds
+    (inv / "hosts.yml").write_text(
+        "all:\n  children:\n    gpu_nodes:\n      hosts:\n"
+        "        b300a: {ansible_host: 10.89.30.11}\n        b300b: {ansible_host: 10.89.30.12}\n"
+        "        b300y: {ansible_host: 10.89.30.249}\n")
+    # the key path in group_vars is relative to the inventory dir: point it at the real one
+    t0 = time.monotonic()
+    r = run([str(ROOT / "tools" / "fw-audit"), "-i", str(inv), "--json", "--report-dir", str(tmp_path / "rep"),
+             "-e", "ansible_ssh_private_key_file=%s" % (ROOT / ".cache" / "sandbox" / "id_ed25519")])
+    assert r.returncode == 3, r.stdout[-3000:] + r.stderr[-3000:]
+    rep = json.loads(r.stdout)
+    assert rep["hosts"]["b300y"]["status"] == "unreachable"
+    assert rep["summary"]["unreachable_or_failed"] == ["b300y"]
+    # 3 wins over 2, but the finding is still reported
+    assert [(x["host"], x["device"]) for x in rep["nic_rows"] if x["verdict"] == "mismatch"] == [("b300b", "mlx5_3")]
+    assert time.monotonic() - t0 < 120
