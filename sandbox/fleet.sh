@@ -8,6 +8,7 @@
 #   sandbox/fleet.sh scenario HOST NAME   switch HOST's emulated hardware (/opt/hwemu/bin/hwemu-scenario NAME)
 #   sandbox/fleet.sh ssh HOST [CMD]   SSH into a host with the sandbox key
 #   sandbox/fleet.sh inventory        print the inventory path that covers the running fleet
+#   sandbox/fleet.sh provision CONTAINER [SCENARIO]   emulated hardware into any container (molecule's prepare)
 #
 # Layout (docs/CONTRACTS.md "Sandbox"): containers b300-<host>, hostnames b300a, b300b, ... b300z, then b300h27...;
 # network b300-sandbox 10.89.30.0/24 (internal: no route out), host i at 10.89.30.(10+i); root SSH with the
@@ -197,20 +198,26 @@ PY
 
 # Copy hwemu / sglang stub when changed and converge the scenario: one `podman exec` per host when nothing changed.
 provision() {
-  local hw_src=$ROOT/sandbox/hwemu stub_src=$ROOT/sandbox/sglang_stub hw_hash="" stub_hash="" h s
-  [ -d "$hw_src" ] && hw_hash=$(tree_hash "$hw_src")
-  [ -d "$stub_src" ] && stub_hash=$(tree_hash "$stub_src")
-  local pids=() names=()
+  local h s pids=() names=()
+  source_hashes
   while read -r h s; do
-    provision_host "$h" "$s" "$hw_hash" "$stub_hash" & pids+=($!); names+=("$h")
+    provision_container "b300-$h" "$s" & pids+=($!); names+=("$h")
   done < <(desired_scenarios "$@")
   local k=0 failed=()
   for h in "${names[@]}"; do wait "${pids[$k]}" || failed+=("$h"); k=$((k + 1)); done
   [ ${#failed[@]} -eq 0 ] || die "provisioning failed on: ${failed[*]}"
 }
 
-provision_host() {
-  local h=$1 want_scn=$2 hw_hash=$3 stub_hash=$4 c=b300-$1 state have_hw have_stub have_scn has_tool
+# HW_HASH / STUB_HASH: content hashes of sandbox/hwemu and sandbox/sglang_stub (empty when absent)
+source_hashes() {
+  HW_HASH="" STUB_HASH=""
+  [ ! -d "$ROOT/sandbox/hwemu" ] || HW_HASH=$(tree_hash "$ROOT/sandbox/hwemu")
+  [ ! -d "$ROOT/sandbox/sglang_stub" ] || STUB_HASH=$(tree_hash "$ROOT/sandbox/sglang_stub")
+}
+
+# provision_container CONTAINER SCENARIO: also used by molecule/_shared/prepare.yml for molecule's containers
+provision_container() {
+  local c=$1 want_scn=$2 hw_hash=$HW_HASH stub_hash=$STUB_HASH h=${1#b300-} state have_hw have_stub have_scn has_tool
   state=$(podman exec "$c" sh -c 'cat /opt/hwemu/.b300-tree 2>/dev/null || echo -; cat /opt/sglang-stub/.b300-tree 2>/dev/null || echo -;
     cat /opt/hwemu/scenario 2>/dev/null || echo -; test -x /opt/hwemu/bin/hwemu-scenario && echo yes || echo no')
   { read -r have_hw; read -r have_stub; read -r have_scn; read -r has_tool; } <<<"$state"
@@ -356,6 +363,14 @@ cmd_scenario() {
   log "$h: scenario $(podman exec "b300-$h" cat /opt/hwemu/scenario)"
 }
 
+# provision CONTAINER [SCENARIO]: hwemu + sglang stub + scenario into any running container of the sandbox image
+cmd_provision() {
+  [ $# -ge 1 ] && [ $# -le 2 ] || die "usage: fleet.sh provision CONTAINER [SCENARIO]"
+  podman container exists "$1" || die "no container $1"
+  source_hashes
+  provision_container "$1" "${2:-healthy}"
+}
+
 cmd_ssh() {
   [ $# -ge 1 ] || die "usage: fleet.sh ssh HOST [CMD...]"
   local i; i=$(host_index "$1"); [ -n "$i" ] || die "not a sandbox host name: $1"
@@ -363,7 +378,7 @@ cmd_ssh() {
   exec ssh "${SSH_OPTS[@]}" "root@$(host_ip "$i")" "$@"
 }
 
-usage() { sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; }
 
 sub=${1:-}; shift || true
 case "$sub" in
@@ -373,6 +388,7 @@ case "$sub" in
   status) cmd_status "$@" ;;
   scenario) cmd_scenario "$@" ;;
   ssh) cmd_ssh "$@" ;;
+  provision) cmd_provision "$@" ;;
   inventory) inventory_path ;;
   -h | --help | help) usage ;;
   *) usage >&2; exit 2 ;;

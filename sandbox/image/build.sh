@@ -98,6 +98,22 @@ KbdInteractiveAuthentication no
 UseDNS no
 EOF
 install -d -m 0700 "$rootfs/root/.ssh"
+# Hosts started without an injected key (molecule, plain `podman run`) make their own on first boot, so sshd and
+# `systemctl is-system-running` stay healthy everywhere.
+cat >"$rootfs/etc/systemd/system/b300-ssh-hostkey.service" <<'EOF'
+[Unit]
+Description=Generate this host's SSH host key when none was injected
+ConditionPathExists=!/etc/ssh/ssh_host_ed25519_key
+Before=ssh.service
+
+[Service]
+Type=oneshot
+ExecStart=/usr/bin/ssh-keygen -q -t ed25519 -N "" -f /etc/ssh/ssh_host_ed25519_key
+
+[Install]
+WantedBy=multi-user.target
+EOF
+ln -s ../b300-ssh-hostkey.service "$rootfs/etc/systemd/system/multi-user.target.wants/b300-ssh-hostkey.service"
 # Timers that would try to reach the outside (the sandbox network has no route out) or only add noise.
 for u in apt-daily.timer apt-daily-upgrade.timer e2scrub_all.timer fstrim.timer \
          getty@tty1.service console-getty.service systemd-udevd.service systemd-udevd-control.socket \
