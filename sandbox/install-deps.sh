@@ -3,7 +3,8 @@
 # does nothing (no apt-get update) when everything is present. Needs root (or sudo).
 set -euo pipefail
 # iptables: netavark programs the (internal) sandbox network through it.
-PKGS=(podman debootstrap runc uidmap slirp4netns iptables)
+# openssh-client: fleet.sh makes keys and checks SSH logins (ssh, ssh-keygen, ssh-keyscan in tests).
+PKGS=(podman debootstrap runc uidmap slirp4netns iptables openssh-client)
 
 missing=()
 for p in "${PKGS[@]}"; do
