@@ -1,5 +1,5 @@
 """Evidence check: parsing the raw nvidia-smi outputs captured on the real GPU machine gives exactly the facts the
-module returned there (docs/evidence/h200/, produced by tools/device/gpu_facts_run.sh; the lead copies $OUT there)."""
+module returned there (docs/evidence/h200x2/gpu_facts/, produced by tools/device/gpu_facts_run.sh; the lead copies $OUT there)."""
 import json
 import pathlib
 
@@ -7,11 +7,11 @@ import pytest
 
 from ansible.module_utils.gpu_topology import build_gpu_topology
 
-EVIDENCE = pathlib.Path(__file__).resolve().parents[2] / "docs" / "evidence" / "h200"
+EVIDENCE = pathlib.Path(__file__).resolve().parents[2] / "docs" / "evidence" / "h200x2" / "gpu_facts"
 
 pytestmark = pytest.mark.skipif(
     not EVIDENCE.is_dir(),
-    reason="docs/evidence/h200/ does not exist yet: the lead runs tools/device/gpu_facts_run.sh on the GPU machine "
+    reason="docs/evidence/h200x2/gpu_facts/ does not exist yet: the lead runs tools/device/gpu_facts_run.sh on the GPU machine "
            "and copies its $OUT there")
 
 
