@@ -4,6 +4,7 @@
 #   sandbox/fleet.sh image            build localhost/b300-sandbox:latest (cached by recipe hash)
 #   sandbox/fleet.sh up [N]           start hosts 1..N (default 2, max 32); idempotent, fast when already running
 #   sandbox/fleet.sh down             remove every sandbox container and the network (the image and keys stay)
+#   sandbox/fleet.sh down --keep N    remove only hosts N+1.. (shrink a big fleet back)
 #   sandbox/fleet.sh status           containers, addresses, state, emulated-hardware scenario
 #   sandbox/fleet.sh scenario HOST NAME   switch HOST's emulated hardware (/opt/hwemu/bin/hwemu-scenario NAME)
 #   sandbox/fleet.sh ssh HOST [CMD]   SSH into a host with the sandbox key
@@ -19,6 +20,7 @@
 # (when those directories exist; re-copied only when their content changed), then
 # `/opt/hwemu/bin/hwemu-scenario <scenario>` (when it exists) with the scenario from, in order:
 # env SCENARIO_<host> (e.g. SCENARIO_b300b=cx8_fw_mismatch), the inventory var `sandbox_scenario`, `healthy`.
+# On a running host `up` keeps the scenario it has (tests switch them); only SCENARIO_<host> changes it.
 #
 # Environment: CONTAINERS_CONF (default sandbox/containers.conf), SANDBOX_IMAGE, SANDBOX_MAX_HOSTS (32).
 set -euo pipefail
@@ -191,17 +193,18 @@ def walk(group):
 walk(load(inv / "hosts.yml").get("all"))
 for h in hosts:
     hv = load(inv / "host_vars" / f"{h}.yml")
-    s = os.environ.get(f"SCENARIO_{h}") or hv.get("sandbox_scenario") or hostvars.get(h) or default
-    print(h, s)
+    env = os.environ.get(f"SCENARIO_{h}")
+    s = env or hv.get("sandbox_scenario") or hostvars.get(h) or default
+    print(h, s, "force" if env else "initial")
 PY
 }
 
 # Copy hwemu / sglang stub when changed and converge the scenario: one `podman exec` per host when nothing changed.
 provision() {
-  local h s pids=() names=()
+  local h s mode pids=() names=()
   source_hashes
-  while read -r h s; do
-    provision_container "b300-$h" "$s" & pids+=($!); names+=("$h")
+  while read -r h s mode; do
+    provision_container "b300-$h" "$s" "$mode" & pids+=($!); names+=("$h")
   done < <(desired_scenarios "$@")
   local k=0 failed=()
   for h in "${names[@]}"; do wait "${pids[$k]}" || failed+=("$h"); k=$((k + 1)); done
@@ -215,9 +218,11 @@ source_hashes() {
   [ ! -d "$ROOT/sandbox/sglang_stub" ] || STUB_HASH=$(tree_hash "$ROOT/sandbox/sglang_stub")
 }
 
-# provision_container CONTAINER SCENARIO: also used by molecule/_shared/prepare.yml for molecule's containers
+# provision_container CONTAINER SCENARIO MODE: also used by molecule/_shared/prepare.yml for molecule's containers.
+# MODE initial: SCENARIO only for a host without one (new host, or /opt/hwemu re-copied), so `up` on a running fleet
+# never changes a scenario that a test switched; MODE force: SCENARIO whatever the host has now.
 provision_container() {
-  local c=$1 want_scn=$2 hw_hash=$HW_HASH stub_hash=$STUB_HASH h=${1#b300-} state have_hw have_stub have_scn has_tool
+  local c=$1 want_scn=$2 mode=${3:-initial} hw_hash=$HW_HASH stub_hash=$STUB_HASH h=${1#b300-} state have_hw have_stub have_scn has_tool
   state=$(podman exec "$c" sh -c 'cat /opt/hwemu/.b300-tree 2>/dev/null || echo -; cat /opt/sglang-stub/.b300-tree 2>/dev/null || echo -;
     cat /opt/hwemu/scenario 2>/dev/null || echo -; test -x /opt/hwemu/bin/hwemu-scenario && echo yes || echo no')
   { read -r have_hw; read -r have_stub; read -r have_scn; read -r has_tool; } <<<"$state"
@@ -231,7 +236,7 @@ provision_container() {
     copy_tree "$c" "$ROOT/sandbox/sglang_stub" /opt/sglang-stub "$stub_hash"
     log "$h: /opt/sglang-stub updated ($stub_hash)"
   fi
-  if [ "$has_tool" = yes ] && [ "$have_scn" != "$want_scn" ]; then
+  if [ "$has_tool" = yes ] && [ "$have_scn" != "$want_scn" ] && { [ "$mode" = force ] || [ "$have_scn" = - ]; }; then
     podman exec "$c" /opt/hwemu/bin/hwemu-scenario "$want_scn" >/dev/null ||
       die "$h: /opt/hwemu/bin/hwemu-scenario $want_scn failed"
     log "$h: scenario $want_scn"
@@ -294,14 +299,7 @@ cmd_up() {
         to_start+=("$c"); continue
       fi
     fi
-    ensure_identity "$h"
-    podman create -q --name "$c" --hostname "$h" --label "$LABEL" --label "b300.host=$h" \
-      --network "$NET" --ip "$(host_ip "$i")" --network-alias "$h" --systemd=always --stop-timeout 3 \
-      "$IMAGE" /sbin/init >/dev/null
-    # identity before first boot: systemd and sshd never see an empty machine-id or a missing host key
-    tar -C "$STATE/hosts/$h" --owner=0 --group=0 --numeric-owner -cf - \
-      etc/machine-id etc/ssh/ssh_host_ed25519_key etc/ssh/ssh_host_ed25519_key.pub root/.ssh/authorized_keys |
-      podman cp - "$c:/"
+    create_host "$i"
     to_start+=("$c")
   done
   local extra; extra=$(podman ps -a --filter "label=$LABEL" --format '{{.Names}}' | wc -l)
@@ -315,8 +313,22 @@ cmd_up() {
   provision "${names[@]}"
   if [ "$n" -gt 2 ]; then write_inventory "$n"; fi
   log "up $n: ${#to_start[@]} started, $((n - ${#to_start[@]})) already running; image ${t_img} s, start ${t_start} s, ssh-ready ${t_ssh} s, provisioned $(since "$t0") s"
-  [ "$extra" -le "$n" ] || log "note: $((extra - n)) more sandbox host(s) beyond $n are still running ('down' removes all)"
+  [ "$extra" -le "$n" ] || log "note: $((extra - n)) more sandbox host(s) beyond $n are still running ('down --keep $n' removes them)"
   log "inventory: $(inventory_path)"
+}
+
+# create (not start) host i with its identity in place before first boot: systemd and sshd never see an empty
+# machine-id or a missing host key
+create_host() {
+  local i=$1 h c
+  h=$(host_name "$i"); c=b300-$h
+  ensure_identity "$h"
+  podman create -q --name "$c" --hostname "$h" --label "$LABEL" --label "b300.host=$h" \
+    --network "$NET" --ip "$(host_ip "$i")" --network-alias "$h" --systemd=always --stop-timeout 3 \
+    "$IMAGE" /sbin/init >/dev/null
+  tar -C "$STATE/hosts/$h" --owner=0 --group=0 --numeric-owner -cf - \
+    etc/machine-id etc/ssh/ssh_host_ed25519_key etc/ssh/ssh_host_ed25519_key.pub root/.ssh/authorized_keys |
+    podman cp - "$c:/"
 }
 
 inventory_path() {
@@ -325,9 +337,23 @@ inventory_path() {
 
 # ----------------------------------------------------------------------------------------------------------- down
 cmd_down() {
+  local keep=0
+  if [ "${1:-}" = --keep ]; then
+    keep=${2:-}; [[ "$keep" =~ ^[0-9]+$ ]] && [ "$keep" -ge 1 ] || die "down --keep N: N >= 1"
+  fi
   with_lock
   local t0; t0=$(now)
-  local cs; mapfile -t cs < <(podman ps -a --filter "label=$LABEL" --format '{{.Names}}')
+  local cs
+  if [ "$keep" -gt 0 ]; then
+    # shrink: remove hosts keep+1.. only; network, inventory of the kept hosts and sysctl stay
+    mapfile -t cs < <(podman ps -a --filter "label=$LABEL" --format '{{.Names}}' |
+      while read -r c; do [ "$(host_index "$c")" -le "$keep" ] || echo "$c"; done)
+    [ ${#cs[@]} -eq 0 ] || podman rm -f -t 2 "${cs[@]}" >/dev/null
+    if [ "$keep" -gt 2 ]; then write_inventory "$keep"; else rm -f "$GEN_INV" "$STATE/group_vars" "$STATE/host_vars"; fi
+    log "down --keep $keep: removed ${#cs[@]} host(s) in $(since "$t0") s"
+    return
+  fi
+  mapfile -t cs < <(podman ps -a --filter "label=$LABEL" --format '{{.Names}}')
   [ ${#cs[@]} -eq 0 ] || podman rm -f -t 2 "${cs[@]}" >/dev/null
   ! podman network exists "$NET" || podman network rm "$NET" >/dev/null
   rm -f "$GEN_INV" "$STATE/group_vars" "$STATE/host_vars"
@@ -368,7 +394,7 @@ cmd_provision() {
   [ $# -ge 1 ] && [ $# -le 2 ] || die "usage: fleet.sh provision CONTAINER [SCENARIO]"
   podman container exists "$1" || die "no container $1"
   source_hashes
-  provision_container "$1" "${2:-healthy}"
+  provision_container "$1" "${2:-healthy}" force
 }
 
 cmd_ssh() {
@@ -378,7 +404,7 @@ cmd_ssh() {
   exec ssh "${SSH_OPTS[@]}" "root@$(host_ip "$i")" "$@"
 }
 
-usage() { sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; }
 
 sub=${1:-}; shift || true
 case "$sub" in

@@ -1,7 +1,7 @@
 """Integration-test fixtures: the sandbox fleet (systemd-in-Podman hosts b300a/b300b reachable over SSH).
 
 `sandbox` (session scope) runs `sandbox/fleet.sh up 2`: it builds the image when missing, starts the hosts when they
-are not running and resets every host's emulated-hardware scenario to the inventory's (`sandbox_scenario`, healthy).
+are not running; new hosts get the inventory's scenario (`sandbox_scenario`, healthy), running hosts keep theirs.
 A running fleet is reused (about 2 s) and left running afterwards, for the next run and for humans
 (`sandbox/fleet.sh down` removes it).
 
