@@ -70,10 +70,12 @@ python_bin() {
 # stay held for as long as the containers run.
 podman() { command podman "$@" 9>&-; }
 
+# One lock per machine, not per checkout: containers, network and image are the machine's.
+LOCK=${TMPDIR:-/tmp}/b300-sandbox.lock
 with_lock() {
   mkdir -p "$STATE"
-  exec 9>"$STATE/.lock"
-  flock -w 600 9 || die "another fleet.sh holds $STATE/.lock"
+  exec 9>"$LOCK"
+  flock -w 600 9 || die "another fleet.sh holds $LOCK"
 }
 
 # ---------------------------------------------------------------------------------------------------------- image
@@ -133,7 +135,7 @@ restore_inotify() {
   fi
 }
 
-# Wait until every address answers with an SSH banner, then prove key login on all (in parallel).
+# Wait until every address answers with an SSH banner.
 wait_ssh() {
   local deadline=$((SECONDS + 60 + 2 * $#)) ip pending=("$@") left
   while [ ${#pending[@]} -gt 0 ]; do
@@ -146,7 +148,11 @@ wait_ssh() {
     [ $SECONDS -lt $deadline ] || die "sshd not answering on: ${pending[*]}"
     sleep 0.3
   done
-  local pids=() failed=()
+}
+
+# Prove key login on every address (in parallel).
+login_check() {
+  local ip pids=() failed=()
   for ip in "$@"; do ssh "${SSH_OPTS[@]}" "root@$ip" true & pids+=($!); done
   local k=0
   for ip in "$@"; do wait "${pids[$k]}" || failed+=("$ip"); k=$((k + 1)); done
@@ -223,8 +229,11 @@ source_hashes() {
 # never changes a scenario that a test switched; MODE force: SCENARIO whatever the host has now.
 provision_container() {
   local c=$1 want_scn=$2 mode=${3:-initial} hw_hash=$HW_HASH stub_hash=$STUB_HASH h=${1#b300-} state have_hw have_stub have_scn has_tool
-  state=$(podman exec "$c" sh -c 'cat /opt/hwemu/.b300-tree 2>/dev/null || echo -; cat /opt/sglang-stub/.b300-tree 2>/dev/null || echo -;
-    cat /opt/hwemu/scenario 2>/dev/null || echo -; test -x /opt/hwemu/bin/hwemu-scenario && echo yes || echo no')
+  # one exec: authorise this checkout's key (a fleet started from another checkout has another key), read state
+  state=$(podman exec "$c" sh -c '[ -z "$1" ] || grep -qxF "$1" /root/.ssh/authorized_keys 2>/dev/null || echo "$1" >> /root/.ssh/authorized_keys
+    cat /opt/hwemu/.b300-tree 2>/dev/null || echo -; cat /opt/sglang-stub/.b300-tree 2>/dev/null || echo -;
+    cat /opt/hwemu/scenario 2>/dev/null || echo -; test -x /opt/hwemu/bin/hwemu-scenario && echo yes || echo no' \
+    sh "$(cat "$KEY.pub" 2>/dev/null)")
   { read -r have_hw; read -r have_stub; read -r have_scn; read -r has_tool; } <<<"$state"
   if [ -n "$hw_hash" ] && [ "$have_hw" != "$hw_hash" ]; then
     copy_tree "$c" "$ROOT/sandbox/hwemu" /opt/hwemu "$hw_hash"
@@ -311,8 +320,9 @@ cmd_up() {
   wait_ssh "${ips[@]}"
   t_ssh=$(since "$t0")
   provision "${names[@]}"
+  login_check "${ips[@]}"
   if [ "$n" -gt 2 ]; then write_inventory "$n"; fi
-  log "up $n: ${#to_start[@]} started, $((n - ${#to_start[@]})) already running; image ${t_img} s, start ${t_start} s, ssh-ready ${t_ssh} s, provisioned $(since "$t0") s"
+  log "up $n: ${#to_start[@]} started, $((n - ${#to_start[@]})) already running; image ${t_img} s, start ${t_start} s, ssh-ready ${t_ssh} s, provisioned + login checked $(since "$t0") s"
   [ "$extra" -le "$n" ] || log "note: $((extra - n)) more sandbox host(s) beyond $n are still running ('down --keep $n' removes them)"
   log "inventory: $(inventory_path)"
 }
