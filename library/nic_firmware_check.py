@@ -97,6 +97,11 @@ options:
     type: str
     choices: [always, auto]
     default: always
+  fabric_manager_devices:
+    description: Gather mode - RDMA device names serving the NVLink fabric manager besides the auto-detected ConnectX-7.
+    type: list
+    elements: str
+    default: []
   read_topo:
     description:
       - Gather mode - also run C(nvidia-smi topo -m). The audit sets V(false) (it needs driver, VBIOS and NVLink
@@ -240,7 +245,8 @@ def gather_rdma_nics(module, dirs, sysfs_root):
     ofed_text = _run(module, [ofed_info, "-s"]) if ofed_info else None
     mlxfw_text = _run(module, [mlxfw, "--query"]) if mlxfw else None
     return build_rdma_nics(sysfs_root=sysfs_root, ofed_info_text=ofed_text, mlxfwmanager_text=mlxfw_text,
-                           kernel_release=os.uname()[2])
+                           kernel_release=os.uname()[2],
+                           fabric_manager_devices=module.params["fabric_manager_devices"])
 
 
 def gather_gpu_topology(module, dirs, sysfs_root):
@@ -296,6 +302,7 @@ def main():
             sysfs_root=dict(type="path", default="/sys"),
             read_topo=dict(type="bool", default=True),
             ofed_info=dict(type="str", choices=["always", "auto"], default="always"),
+            fabric_manager_devices=dict(type="list", elements="str", default=[]),
         ),
         mutually_exclusive=[("rdma_nics", "hosts"), ("matrix", "matrix_file"), ("gather", "rdma_nics"), ("gather", "hosts")],
         supports_check_mode=True,
