@@ -382,7 +382,8 @@ cmd_status() {
   while IFS='|' read -r c st; do
     [ -n "$c" ] || continue
     h=${c#b300-}; scn=-
-    [[ "$st" != Up* ]] || scn=$(podman exec "$c" cat /opt/hwemu/scenario 2>/dev/null || echo -)
+    case "$st" in Up*) st=running ;; Exited*) st=exited ;; Created*) st=created ;; esac
+    [ "$st" != running ] || scn=$(podman exec "$c" cat /opt/hwemu/scenario 2>/dev/null || echo -)
     printf '%-10s %-16s %-10s %s\n' "$h" "$(host_ip "$(host_index "$h")")" "$st" "$scn"
   done < <(podman ps -a --filter "label=$LABEL" --format '{{.Names}}|{{.State}}' | sort -V)
   echo "inventory: $(inventory_path)"
