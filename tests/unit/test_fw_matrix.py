@@ -364,3 +364,16 @@ def test_hwemu_scenarios_through_rdma_nic_facts(rows, hwemu_fixtures, scenario, 
         if rule:
             assert v["rule"] == rule
     assert res["status"] == ("ok" if not expected else "fail")
+
+
+def test_role_defaults_and_argument_specs_in_sync():
+    role = ROOT / "roles" / "nic_firmware_gate"
+    defaults = yaml.safe_load((role / "defaults" / "main.yml").read_text())
+    specs = yaml.safe_load((role / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"]["options"]
+    assert set(defaults) <= set(specs)
+    for name, value in defaults.items():
+        assert specs[name].get("default") == value, name
+    assert set(specs) - set(defaults) == {"hw_bin_path", "hw_sysfs_root"}
+    # policy choices in the spec are exactly what the matrix logic accepts
+    for name in ("nic_firmware_gate_unknown_policy", "nic_firmware_gate_pending_reset_policy"):
+        assert sorted(specs[name]["choices"]) == sorted(fm.POLICY_CHOICES)
