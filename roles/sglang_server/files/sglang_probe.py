@@ -57,6 +57,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--unit", required=True)
     ap.add_argument("--url", required=True)
+    ap.add_argument("--path", default="/health", help="readiness path (the router: /readiness)")
     ap.add_argument("--generate", action="store_true")
     ap.add_argument("--env-file")
     ap.add_argument("--prompt", default="Say hello.")
@@ -76,10 +77,10 @@ def main():
         print(json.dumps(res))
         return 1
     key = api_key(a.env_file)
-    status, body = call(a.url.rstrip("/") + "/health", key, timeout=a.timeout)
+    status, body = call(a.url.rstrip("/") + a.path, key, timeout=a.timeout)
     res["health"] = status
     if status != 200:
-        res["detail"] = "GET /health -> %s %s" % (status, body[:200])
+        res["detail"] = "GET %s -> %s %s" % (a.path, status, body[:200])
         print(json.dumps(res))
         return 1
     if a.generate:
