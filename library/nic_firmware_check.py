@@ -97,6 +97,13 @@ options:
     type: str
     choices: [always, auto]
     default: always
+  as_facts:
+    description:
+      - Gather mode - return the data as C(ansible_facts) (V(true)) or only under C(gathered) (V(false)).
+      - The audit uses V(false) - its C(gpu_topology) is partial (no topo matrix, see O(read_topo)) and must not
+        land in hostvars or in ansible.cfg's fact cache where another role could take it for the full fact.
+    type: bool
+    default: true
   fabric_manager_devices:
     description: Gather mode - RDMA device names serving the NVLink fabric manager besides the auto-detected ConnectX-7.
     type: list
@@ -167,7 +174,11 @@ exit_code:
   type: int
 ansible_facts:
   description: Gather mode - C(rdma_nics) and/or C(gpu_topology) (docs/CONTRACTS.md schemas).
-  returned: gather mode
+  returned: gather mode with O(as_facts=true)
+  type: dict
+gathered:
+  description: Gather mode - the same data when O(as_facts=false).
+  returned: gather mode with O(as_facts=false)
   type: dict
 gather_errors:
   description: Gather mode - source -> why it could not be read.
@@ -280,7 +291,9 @@ def gather(module):
         except (GatherError, OSError, IOError) as e:
             facts[source] = None
             errors[source] = str(e)
-    module.exit_json(changed=False, ansible_facts=facts, gather_errors=errors)
+    if p["as_facts"]:
+        module.exit_json(changed=False, ansible_facts=facts, gather_errors=errors)
+    module.exit_json(changed=False, gathered=facts, gather_errors=errors)
 
 
 def main():
@@ -303,6 +316,7 @@ def main():
             read_topo=dict(type="bool", default=True),
             ofed_info=dict(type="str", choices=["always", "auto"], default="always"),
             fabric_manager_devices=dict(type="list", elements="str", default=[]),
+            as_facts=dict(type="bool", default=True),
         ),
         mutually_exclusive=[("rdma_nics", "hosts"), ("matrix", "matrix_file"), ("gather", "rdma_nics"), ("gather", "hosts")],
         supports_check_mode=True,

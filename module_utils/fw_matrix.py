@@ -469,7 +469,7 @@ def host_entry(value):
     """Normalise one fleet-mode entry.
 
     Accepts the normalised form {'status', 'msg', 'rdma_nics', 'gpu_topology'} or a task result registered by the
-    audit's facts task (unreachable / failed / ok with ansible_facts and gather_errors)."""
+    audit's facts task (unreachable / failed / ok with ansible_facts or gathered, and gather_errors)."""
     value = value or {}
     if "status" in value and ("rdma_nics" in value or value["status"] != "ok"):
         return value
@@ -478,7 +478,7 @@ def host_entry(value):
         return {"status": "unreachable", "msg": msg or "host unreachable"}
     if value.get("failed") or value.get("skipped"):
         return {"status": "failed", "msg": msg or ("facts task skipped" if value.get("skipped") else "facts task failed")}
-    facts = value.get("ansible_facts") or {}
+    facts = value.get("ansible_facts") or value.get("gathered") or {}
     errors = value.get("gather_errors") or {}
     entry = {"status": "ok", "msg": "; ".join("%s: %s" % kv for kv in sorted(errors.items())),
              "rdma_nics": facts.get("rdma_nics"), "gpu_topology": facts.get("gpu_topology")}

@@ -300,7 +300,7 @@ def test_registered_results_are_understood(rows):
     ok = {"changed": False, "ansible_facts": {"rdma_nics": facts(b300_host()), "gpu_topology": _gpu()},
           "gather_errors": {}}
     failed = {"failed": True, "msg": "MODULE FAILURE: /usr/bin/python3: not found"}
-    no_gpu = {"ansible_facts": {"rdma_nics": facts(b300_host()), "gpu_topology": None},
+    no_gpu = {"gathered": {"rdma_nics": facts(b300_host()), "gpu_topology": None},
               "gather_errors": {"gpu_topology": "nvidia-smi not found on host b300c"}}
     rep = fm.audit_fleet({"a": ok, "b": failed, "c": no_gpu}, rows)
     assert rep["hosts"]["a"]["status"] == "ok"
