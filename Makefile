@@ -10,7 +10,7 @@ N ?= 2
 PROFILE ?= kimi_k3
 SANDBOX_INV := inventory/sandbox
 
-.PHONY: help deps venv image sandbox sandbox-down demo test lint unit integration molecule clean
+.PHONY: help deps venv image sandbox sandbox-down demo test lint unit parser integration molecule thermal audit
 
 help:
 	@echo "make demo      bring up the sandbox (2 emulated B300 hosts) and run site.yml -l b300a,b300b on it (PROFILE=kimi_k3|glm52_pd)"
@@ -35,7 +35,7 @@ sandbox: image
 	sandbox/fleet.sh up $(N)
 
 sandbox-down:
-	sandbox/fleet.sh down
+	sandbox/fleet.sh down $(if $(KEEP),--keep $(KEEP))
 
 demo: sandbox
 	tools/demo.sh $(PROFILE)
@@ -47,10 +47,21 @@ lint: venv
 unit: venv
 	pytest -q tests/unit
 
+parser: venv  ## the REAL sglang 0.5.17/0.5.18 parsers (CPU venvs cached in .cache/sglang-argcheck) on both profiles
+	pytest -q -m real_parser tests/parser
+
 integration: image
-	pytest -q tests/integration
+	sandbox/fleet.sh up 2
+	tools/build-wheelhouse.sh
+	pytest -q -p no:cacheprovider tests/integration
 
 molecule: image
 	tools/molecule-all.sh
 
-test: lint unit integration molecule
+thermal: venv  ## before go-live on real hosts: 1 h GPU soak, verdict + plots in artifacts/thermal/
+	ansible-playbook playbooks/thermal_soak.yml -l b300a,b300b
+
+audit: venv  ## the on-call firmware/GPU audit (read-only); INV=inventory/sandbox for the sandbox
+	tools/fw-audit -i $(or $(INV),inventory/production)
+
+test: lint unit parser integration molecule
