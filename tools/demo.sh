@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 PROFILE=${1:-kimi_k3}
 tools/build-wheelhouse.sh >/dev/null
 run() {
-  ANSIBLE_STDOUT_CALLBACK=default ansible-playbook -i inventory/sandbox site.yml -l b300a,b300b,localhost \
+  ANSIBLE_STDOUT_CALLBACK=default ansible-playbook -i inventory/sandbox site.yml -l b300a,b300b \
     -e sglang_profile="$PROFILE" "$@"
 }
 echo "=== ansible-playbook site.yml -l b300a,b300b -e sglang_profile=$PROFILE  (sandbox)"
