@@ -1,7 +1,7 @@
 """Plan SGLang instances and the router from a profile, inventory groups and host facts (pure, stdlib only).
 
 Input (all plain data; see build_plan):
-  profile   the profile YAML (roles/sglang_server/vars/profiles/<name>.yml) after inventory overrides were merged
+  profile   the profile YAML (roles/sglang_server/files/profiles/<name>.yml) after inventory overrides were merged
             (use merge_overrides), e.g. {"name": "glm52_pd", "mode": "pd", "roles": {...}, "router": {...}}
   hosts     [{"name": "b300a", "address": "10.0.0.1", "groups": ["gpu_nodes", ...],
               "gpu_topology": {...} | None, "rdma_nics": {...} | None,     # CONTRACTS.md fact schemas
@@ -217,7 +217,7 @@ def build_plan(profile, hosts, settings, catalogs):
     pname = profile.get("name") or "?"
     if not profile.get("roles"):
         return {"instances": [], "router": None, "errors": ["profile %r is unknown or has no roles (expected one of the files in "
-                                                            "roles/sglang_server/vars/profiles/)" % pname], "warnings": []}
+                                                            "roles/sglang_server/files/profiles/)" % pname], "warnings": []}
 
     version = str(settings.get("sglang_version") or profile.get("sglang_version") or "")
     router_version = str(settings.get("router_version") or profile.get("router_version") or "")

@@ -17,7 +17,7 @@ import yaml
 from ansible.module_utils import sglang_plan as sp
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-PROFILES = ROOT / "roles" / "sglang_server" / "vars" / "profiles"
+PROFILES = ROOT / "roles" / "sglang_server" / "files" / "profiles"
 SEED = ROOT.parent / "shared" / "seeds" / "000_41a8a3efb3bcc347.txt"
 
 
