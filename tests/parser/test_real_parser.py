@@ -209,7 +209,7 @@ def _same_but_choice_order(a, b):
 def _plan_inputs(profile_name):
     """Inputs for module_utils/sglang_plan.build_plan (SYNTHESIZED facts: 8 GPUs, 8 CX-8 data NICs)."""
     import yaml  # pylint: disable=import-outside-toplevel
-    prof = yaml.safe_load((ROOT / "roles" / "sglang_server" / "vars" / "profiles" / ("%s.yml" % profile_name))
+    prof = yaml.safe_load((ROOT / "roles" / "sglang_server" / "files" / "profiles" / ("%s.yml" % profile_name))
                           .read_text())
     server = {}
     for f in (ROOT / "roles" / "sglang_server" / "files" / "options").glob("server-options-*.json"):
