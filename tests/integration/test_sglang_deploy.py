@@ -2,7 +2,7 @@
 our systemd units, the REAL sglang-router 0.3.2 in front of them.
 
 Needs the `sandbox` fixture (tests/integration/conftest.py, by the sandbox helper): a running 2-host fleet reachable
-through inventory/sandbox. Sandbox-only settings: tests/integration/sglang_sandbox_vars.yml.
+through inventory/sandbox. Sandbox-only settings: inventory/sandbox/group_vars/all.yml.
 Checks: the router serves a chat completion through the stubs; units active, enabled, running as `sglang`; a second
 run changes nothing and restarts nothing (MainPID and ActiveEnterTimestamp unchanged); rendered units pass
 `systemd-analyze verify` on the host (any stderr is a failure).
@@ -17,9 +17,9 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 VENV_BIN = ROOT / ".venv" / "bin"
-EXTRA = ROOT / "tests" / "integration" / "sglang_sandbox_vars.yml"
 INVENTORY = ROOT / "inventory" / "sandbox"
-PLAYBOOK = os.environ.get("SGLANG_DEPLOY_PLAYBOOK", "playbooks/sglang_deploy.yml")
+# the main command of the users: site.yml (preflight gates -> NCCL validation -> deploy -> summary)
+PLAYBOOK = os.environ.get("SGLANG_DEPLOY_PLAYBOOK", "site.yml")
 
 pytestmark = pytest.mark.integration
 
@@ -34,7 +34,7 @@ def _env():
 
 def deploy(profile, *extra):
     cmd = [str(VENV_BIN / "ansible-playbook"), "-i", str(INVENTORY), PLAYBOOK, "-l", "b300a,b300b",
-           "-e", "sglang_profile=%s" % profile, "-e", "@%s" % EXTRA, *extra]
+           "-e", "sglang_profile=%s" % profile, *extra]
     proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=1500, check=False)
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
     return proc.stdout
@@ -98,8 +98,10 @@ def test_deploy_serves_and_is_idempotent(sandbox, profile):  # noqa: ARG001 - th
     if profile == "glm52_pd":
         assert sorted(w["worker_type"] for w in workers["workers"]) == ["decode", "decode", "prefill", "prefill"]
         assert sorted(w.get("bootstrap_port") for w in workers["workers"] if w["worker_type"] == "prefill") == [8998, 8999]
-    # second run: nothing changes, nothing restarts
+    # second run: nothing changes, nothing restarts; NCCL validation stands aside on a serving fleet
     second = deploy(profile)
+    if PLAYBOOK == "site.yml":
+        assert "NCCL validation skipped: SGLang is serving on b300a, b300b" in second, second[-4000:]
     for host, counts in recap(second).items():
         assert counts["changed"] == 0, (host, counts, second[-4000:])
     after = {k: unit_props(*k) for k in before}
