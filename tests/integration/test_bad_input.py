@@ -1,0 +1,195 @@
+"""Bad inventory / variables are refused before any sandbox host is touched (issue 7).
+
+Each case is ONE real run of the main command, exactly as an operator types it:
+    ansible-playbook -i inventory/sandbox [-i <case inventory>] site.yml -l b300a,b300b \
+        -e @tests/integration/sglang_sandbox_vars.yml -e @<case vars file>
+(the sandbox vars are included so that an input the gates did NOT catch would really deploy and be caught by the
+snapshot check below, instead of failing later for an unrelated sandbox reason). Asserts per case:
+  (a) non-zero exit,
+  (b) the message names what is wrong (host / instance / flag / port / expected value): every fragment is found in
+      the output (whitespace folded, YAML quote doubling undone),
+  (c) the hosts are untouched: per host a sha256 of `find /etc/systemd/system /etc/sglang /opt/sglang
+      /opt/sglang-router -printf '%p %T@ %m %u\\n'` plus the MainPID of every sglang* unit, before == after.
+Cases that need another emulated hardware scenario switch it and switch it back (finally).
+
+Cost: every run reads the hardware facts of both hosts first (preflight play 1), so a case takes about as long as
+a preflight (~15-40 s on the shared 2-core machine); the suite time is printed at the end (-s) and written to
+artifacts/bad_input/last.json. B300_BAD_INPUT_CASES=id1,id2 runs a subset.
+"""
+import json
+import os
+import pathlib
+import re
+import time
+
+import pytest
+import yaml
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+SANDBOX_VARS = ROOT / "tests" / "integration" / "sglang_sandbox_vars.yml"
+ROUTER_SANDBOX_ARGS = {"--model-path": False, "--tokenizer-path": False}   # as in sglang_sandbox_vars.yml
+SNAPSHOT_CMD = (
+    "find /etc/systemd/system /etc/sglang /opt/sglang /opt/sglang-router -printf '%p %T@ %m %u\\n' 2>/dev/null"
+    " | sort | sha256sum | cut -c1-64; "
+    "for u in $(systemctl list-units 'sglang*' --all --no-legend --plain | awk '{print $1}'); do "
+    "echo \"$u $(systemctl show -p MainPID --value $u) $(systemctl show -p ActiveState --value $u)\"; done"
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.sandbox]
+
+
+def case(cid, vars_, expect, profile="kimi_k3", inventory=None, scenario=None, why=""):
+    return pytest.param({"id": cid, "vars": dict({"sglang_profile": profile}, **vars_), "expect": expect,
+                         "inventory": inventory, "scenario": scenario, "why": why}, id=cid)
+
+
+def ov(**instances):
+    return {"sglang_instance_overrides": instances}
+
+
+CASES = [
+    # --- profile, versions, combinations ------------------------------------------------------------------------
+    case("unknown_profile", {"sglang_profile": "kimi_k4"},
+         ["sglang_profile=kimi_k4 is unknown", "expected one of", "glm52_pd", "kimi_k3"]),
+    case("version_not_pinned", {"sglang_version": "0.5"},
+         ["sglang version '0.5' is not pinned", "expected an exact X.Y.Z"]),
+    case("unknown_router_version", {"sglang_router_version": "0.9.9"},
+         ["sglang-router 0.9.9 is unknown", "router-options-0.9.9.json"]),
+    case("unknown_sglang_version", {"sglang_version": "0.5.99"},
+         ["no option catalog for sglang 0.5.99", "sglang 0.5.99 with sglang-router 0.3.2 is not a known combination"]),
+    case("combination_not_known", {"sglang_known_combinations": [{"sglang": "0.5.17", "router": "0.3.2"}]},
+         ["sglang 0.5.18 with sglang-router 0.3.2 is not a known combination", "expected one of 0.5.17+0.3.2"]),
+    # --- ports --------------------------------------------------------------------------------------------------
+    case("port_collision", ov(P1={"port": 30001}),
+         ["b300a: b300a/P1 port 30001 collides with b300a/P0 port", "expected a port unique per host"],
+         profile="glm52_pd"),
+    case("bootstrap_port_collision", ov(P1={"bootstrap_port": 8998}),
+         ["b300a/P1 bootstrap_port 8998 collides with b300a/P0 bootstrap_port"], profile="glm52_pd"),
+    case("nccl_port_collision", ov(D1={"nccl_port": 34702}),
+         ["b300b/D1 nccl_port 34702 collides with b300b/D0 nccl_port"], profile="glm52_pd"),
+    case("prometheus_port_is_worker_port", {"sglang_profile_overrides": {"router": {"prometheus_port": 30000}}},
+         ["b300a/router prometheus_port 30000 collides with b300a/W0 port"]),
+    case("port_out_of_range", ov(W0={"port": 70000}),
+         ["b300a/W0: port 70000 is not a TCP port; expected an integer 1-65535"]),
+    # --- GPUs -----------------------------------------------------------------------------------------------------
+    case("gpu_sets_overlap", ov(P1={"gpus": [2, 3, 4, 5]}),
+         ["GPU 2 of b300a/P1 is also used by b300a/P0", "expected disjoint GPU sets"], profile="glm52_pd"),
+    case("tp_times_dp_not_gpu_count", ov(W0={"gpus": [0, 1, 2, 3]}),
+         ["b300a/W0: 4 GPUs [0, 1, 2, 3] but --tp-size 8 x --dp-size 1 needs 8"]),
+    case("gpu_index_beyond_host", ov(P1={"gpus": [6, 7, 8, 9]}),
+         ["b300a/P1: GPU(s) [8, 9] do not exist; the host reports 8 GPUs (indices 0-7)"], profile="glm52_pd"),
+    # --- RDMA -----------------------------------------------------------------------------------------------------
+    case("rdma_device_missing", ov(P0={"ib_devices": ["mlx5_99"]}),
+         ["b300a/P0: --disaggregation-ib-device mlx5_99 does not exist on b300a", "expected one of mlx5_0"],
+         profile="glm52_pd"),
+    case("rdma_device_is_fabric_manager_nic", ov(D0={"ib_devices": ["mlx5_8"]}),
+         ["b300b/D0: --disaggregation-ib-device mlx5_8 is the fabric-manager NIC"], profile="glm52_pd"),
+    # --- flags ----------------------------------------------------------------------------------------------------
+    case("flag_unknown_to_pinned_sglang", {"sglang_server_extra_args": {"--enable-warp-drive": True}},
+         ["b300a/W0: flag --enable-warp-drive is not an option of sglang 0.5.18"]),
+    case("bad_choice_for_known_flag", {"sglang_server_extra_args": {"--kv-cache-dtype": "fp3_e9m9"}},
+         ["flag --kv-cache-dtype of sglang 0.5.18 got 'fp3_e9m9'; expected one of", "fp8_e4m3"]),
+    case("router_flag_unknown", {"sglang_router_extra_args": dict(ROUTER_SANDBOX_ARGS, **{"--warp-factor": 9})},
+         ["b300a/router: flag --warp-factor is not an option of sglang-router 0.3.2"]),
+    # --- timeouts -------------------------------------------------------------------------------------------------
+    case("negative_timeout", {"sglang_rolling_drain_timeout_s": -5},
+         ["setting sglang_rolling_drain_timeout_s: timeout", "-5", "must be a positive number of seconds"]),
+    case("zero_timeout", {"sglang_stop_timeout_s": 0},
+         ["setting sglang_stop_timeout_s: timeout", "must be a positive number of seconds"]),
+    case("zero_router_flag_timeout",
+         {"sglang_router_extra_args": dict(ROUTER_SANDBOX_ARGS, **{"--request-timeout-secs": 0})},
+         ["b300a/router: router --request-timeout-secs 0 must be a positive number of seconds"]),
+    case("health_poll_longer_than_timeout", {"sglang_health_timeout_s": 10, "sglang_health_poll_s": 60},
+         ["sglang_health_poll_s=60 (expected 0 < poll <= timeout)"]),
+    # --- inventory shape ------------------------------------------------------------------------------------------
+    case("host_in_no_profile_group", {},
+         ["b300c: host is in none of the groups of profile glm52_pd", "expected one of"], profile="glm52_pd",
+         inventory={"all": {"children": {"gpu_nodes": {"hosts": {"b300c": {"ansible_host": "10.89.30.13"}}}}}},
+         why="b300c is only in gpu_nodes: the PD profile has no role for it"),
+    case("pd_profile_without_decode_host",
+         {"sglang_profile_overrides": {"roles": {"decode": {"group": "sglang_decode_missing"}}}},
+         ["role decode has no host; expected at least one host in group sglang_decode_missing"], profile="glm52_pd"),
+    case("empty_model_root", {"sglang_model_root": ""},
+         ["sglang_model_root= (expected an absolute path)"]),
+    # --- firmware / GPU gates -------------------------------------------------------------------------------------
+    case("unknown_firmware_policy", {"nic_firmware_gate_unknown_policy": "shrug"},
+         ["nic_firmware_gate_unknown_policy / nic_firmware_gate_pending_reset_policy must be fail or warn",
+          "(got shrug / fail)"]),
+    case("malformed_firmware_matrix_row",
+         {"nic_firmware_gate_extra_rows": [{"id": "site-row-no-source",
+                                            "driver": {"flavours": ["doca_ofed"], "versions": ["25.10-1.2.2"]},
+                                            "models": {"ConnectX-8": {"exact": "40.47.1026"}}}]},
+         ["firmware matrix/policy rejected", "site-row-no-source", "'source' (where the pairing comes from) is required"]),
+    case("unknown_gpu_gate_policy", {"gpu_health_gate_policy_ecc": "sometimes"},
+         ["every gpu_health_gate_policy_* one of fail, warn, ignore"]),
+    case("cx8_firmware_mismatch_on_b300b", {}, ["NIC firmware gate FAILED on b300b", "mlx5_3"],
+         scenario={"b300b": "cx8_fw_mismatch"}),
+    # --- NCCL -----------------------------------------------------------------------------------------------------
+    case("nccl_threshold_override_not_a_mapping", {"nccl_validation_thresholds_override": ["B300", 8, 700]},
+         ["threshold_override", "list"]),
+]
+
+SELECTED = [c for c in os.environ.get("B300_BAD_INPUT_CASES", "").split(",") if c]
+TIMES = {}
+
+
+def snapshot(sandbox):
+    return {h: sandbox.exec(h, SNAPSHOT_CMD, timeout=120).stdout for h in ("b300a", "b300b")}
+
+
+def fold(text):
+    return re.sub(r"\s+", " ", text.replace("''", "'").replace('\\"', '"'))
+
+
+@pytest.fixture(scope="module")
+def report():
+    yield TIMES
+    out = ROOT / "artifacts" / "bad_input"
+    out.mkdir(parents=True, exist_ok=True)
+    total = round(sum(t["duration_s"] for t in TIMES.values()), 1)
+    (out / "last.json").write_text(json.dumps({"cases": TIMES, "total_s": total, "refused": sum(
+        1 for t in TIMES.values() if t["refused"])}, indent=1) + "\n")
+    print("\nbad-input suite: %d case(s) run, %d refused as expected, %.0f s of ansible-playbook time" % (
+        len(TIMES), sum(1 for t in TIMES.values() if t["refused"]), total))
+
+
+def test_case_ids_are_distinct():
+    ids = [c.values[0]["id"] for c in CASES]
+    assert len(ids) == len(set(ids)) and len(ids) >= 20
+
+
+@pytest.mark.parametrize("spec", CASES)
+def test_bad_input_refused_and_hosts_untouched(sandbox, spec, tmp_path, report):
+    if SELECTED and spec["id"] not in SELECTED:
+        pytest.skip("not in B300_BAD_INPUT_CASES")
+    varsfile = tmp_path / ("%s.yml" % spec["id"])
+    varsfile.write_text(yaml.safe_dump(spec["vars"], sort_keys=False))
+    argv = ["ansible-playbook", "-i", sandbox.inventory]
+    if spec["inventory"]:
+        inv = tmp_path / "extra-inventory.yml"
+        inv.write_text(yaml.safe_dump(spec["inventory"]))
+        argv += ["-i", str(inv)]
+    argv += ["site.yml", "-l", "b300a,b300b", "-e", "@%s" % SANDBOX_VARS, "-e", "@%s" % varsfile]
+    switched = {}
+    try:
+        for host, name in (spec["scenario"] or {}).items():
+            switched[host] = sandbox.current_scenario(host)
+            sandbox.scenario(host, name)
+        before = snapshot(sandbox)
+        t = time.monotonic()
+        r = sandbox.run(argv, check=False, timeout=900)
+        took = round(time.monotonic() - t, 1)
+        after = snapshot(sandbox)
+    finally:
+        for host, name in switched.items():
+            sandbox.scenario(host, name)
+    out = r.stdout + r.stderr
+    text = fold(out)
+    missing = [f for f in spec["expect"] if fold(f) not in text]
+    report[spec["id"]] = {"rc": r.returncode, "duration_s": took, "missing": missing,
+                          "refused": r.returncode != 0 and not missing and before == after}
+    assert r.returncode != 0, "%s: exit 0 - the bad input was NOT refused:\n%s" % (spec["id"], out[-3000:])
+    assert not missing, "%s: message lacks %s; output tail:\n%s" % (spec["id"], missing, out[-3000:])
+    assert before == after, "%s: the run changed a sandbox host:\nbefore %s\nafter  %s" % (spec["id"], before, after)
+    # refused in the gates: nothing after preflight/NCCL preflight started (no SGLang install/unit task ran)
+    assert "TASK [sglang_server : Install" not in out and "Units | unit files" not in out, spec["id"]

@@ -1,0 +1,66 @@
+"""Reliability in CI (issue 7), the short version of tools/reliability.py (same code, one profile, ~4-5 min):
+
+1. kimi_k3 deployed (stub workers with 200 ms latency, REAL sglang-router 0.3.2), a light chat-completion load
+   (4 in flight) through the router; playbooks/rolling_restart.yml under that load completes (rc 0, both workers
+   restarted: new MainPIDs) with 0 failed requests.
+2. The last instance of the rolling order is armed with the stub fault `unhealthy` (its restarted process never
+   answers /health): the rollout stops (rc != 0) with a message naming that instance, the instance stays out of the
+   router, the router keeps answering (0 failed requests under load); the rerun for that instance alone, after the
+   fault is cleared, brings it back.
+The sandbox is left as found: faults and latency cleared, every kimi_k3 instance listed healthy by the router.
+"""
+import pathlib
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tools"))
+import reliability  # noqa: E402  pylint: disable=wrong-import-position
+
+pytestmark = [pytest.mark.integration, pytest.mark.sandbox]
+
+
+@pytest.fixture(scope="module")
+def bench(sandbox, tmp_path_factory):  # noqa: ARG001 - the fixture brings the fleet up
+    opts = reliability.options(["--profiles", "kimi_k3", "--baseline-s", "8", "--tail-s", "3",
+                                "--health-timeout-s", "20", "--max-load-s", "300", "--wait-idle-s", "120"])
+    b = reliability.Bench(opts, tmp_path_factory.mktemp("reliability"))
+    layout = reliability.profile_layout("kimi_k3")
+    b.deploy(layout)
+    b.clear_faults(layout)
+    b.set_latency(layout, opts.latency_ms)
+    assert b.wait_serving(layout, 120), reliability.router_workers(layout)
+    yield b, layout
+    b.clear_faults(layout)
+    b.set_latency(layout, None)
+    assert b.restore(layout), "kimi_k3 not fully serving after the test: %s" % reliability.router_workers(layout)
+
+
+def _why(rec):
+    return {k: rec.get(k) for k in ("sent", "failed", "during", "playbooks", "restarted", "stopped_at")}
+
+
+def test_rolling_restart_under_load_zero_failures(bench):
+    b, layout = bench
+    (rec,) = b.s_rolling(layout)
+    assert rec["playbooks"][0]["rc"] == 0, rec["playbooks"][0]
+    assert rec["restarted"] == sorted(i["id"] for i in layout["instances"]), _why(rec)
+    assert rec["during"]["sent"] > 20, _why(rec)     # the load really ran through the whole rollout
+    assert rec["failed"] == 0, _why(rec)
+    assert rec["pass"], _why(rec)
+
+
+def test_never_healthy_worker_stops_rollout_router_keeps_answering(bench):
+    b, layout = bench
+    victim = layout["rolling_order"][-1]["id"]
+    stop, recovery = b.s_unhealthy(layout)
+    assert stop["playbooks"][0]["rc"] != 0, stop["playbooks"][0]
+    assert stop["stopped_at"] == victim, _why(stop)
+    assert any(victim in m and "Rolling restart stopped" in m for m in stop["playbooks"][0]["messages"]), \
+        stop["playbooks"][0]["messages"]
+    assert not stop["victim_in_router_after_stop"], _why(stop)
+    assert stop["others_in_router_after_stop"] == sorted(i["id"] for i in layout["instances"] if i["id"] != victim)
+    assert stop["during"]["sent"] > 20 and stop["failed"] == 0, _why(stop)
+    assert recovery["playbooks"][0]["rc"] == 0 and recovery["all_serving_after"], _why(recovery)
+    assert recovery["failed"] == 0, _why(recovery)
