@@ -157,18 +157,31 @@ def all_serving(layout):
     return all(ws.get(i["url"], {}).get("is_healthy") for i in layout["instances"])
 
 
-def fleet_busy(me=os.getpid()):
-    """Other ansible-playbook runs against the sandbox inventory (other helpers / CI on the shared fleet)."""
+def _ppid(pid):
+    try:
+        return int(pathlib.Path("/proc/%d/stat" % pid).read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def fleet_busy(me=None):
+    """Other runs on the shared fleet: ansible-playbook against the sandbox inventory, or an integration pytest
+    (other helpers, CI), not counting this process, its ancestors (a pytest that runs this code) or its children."""
+    me = me or os.getpid()
+    mine, pid = {me}, me
+    while pid > 1:
+        pid = _ppid(pid)
+        mine.add(pid)
     busy = []
     for p in pathlib.Path("/proc").iterdir():
-        if not p.name.isdigit() or int(p.name) == me:
+        if not p.name.isdigit() or int(p.name) in mine or _ppid(int(p.name)) == me:
             continue
         try:
             cmd = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            ppid = int((p / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
+        except OSError:
             continue
-        if "ansible-playbook" in cmd and "inventory/sandbox" in cmd and ppid != me and "python" in cmd:
+        if "python" in cmd and (("ansible-playbook" in cmd and "inventory/sandbox" in cmd)
+                                or ("pytest" in cmd and "tests/integration" in cmd)):
             busy.append("%s %s" % (p.name, cmd[:150]))
     return busy
 
