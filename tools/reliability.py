@@ -365,6 +365,16 @@ class Bench:
     # -- setup / restore -------------------------------------------------------------------------------------------
     def deploy(self, layout, *extra):
         wait_fleet_idle(self.o.wait_idle_s, self.log)
+        # Profile switch workaround: the OTHER profile's router keeps its port until the router play restarts it at
+        # the end, and glm52_pd's router port 30000 is kimi_k3's W0 port: W0 cannot bind and crash-loops. Stop a
+        # router that serves another profile first (and clear the start-rate counters of our units).
+        rh = layout["router_host"]
+        desc = sh(rh, "systemctl show -p Description --value sglang-router.service", check=False)
+        if "sglang-router" in desc and " for %s " % layout["profile"] not in desc + " ":
+            self.log("router on %s serves another profile (%s): stopping it before the deploy" % (rh, desc.strip()))
+            sh(rh, "systemctl stop sglang-router.service", check=False)
+        for inst in layout["instances"]:
+            sh(inst["host"], "systemctl reset-failed %s" % inst["unit"], check=False)
         res, _ = self.run.playbook("deploy-%s" % layout["profile"], "playbooks/sglang_deploy.yml", layout["profile"],
                                    *extra)
         if res["rc"] != 0:
