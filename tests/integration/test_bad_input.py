@@ -117,7 +117,7 @@ CASES = [
          {"nic_firmware_gate_extra_rows": [{"id": "site-row-no-source",
                                             "driver": {"flavours": ["doca_ofed"], "versions": ["25.10-1.2.2"]},
                                             "models": {"ConnectX-8": {"exact": "40.47.1026"}}}]},
-         ["firmware matrix/policy rejected", "site-row-no-source", "'source' (where the pairing comes from) is required"]),
+         ["firmware matrix/policy rejected: nic_firmware_gate_extra_rows", "site-row-no-source", "'source' (where the pairing comes from) is required"]),
     case("unknown_gpu_gate_policy", {"gpu_health_gate_policy_ecc": "sometimes"},
          ["every gpu_health_gate_policy_* one of fail, warn, ignore"]),
     case("cx8_firmware_mismatch_on_b300b", {}, ["NIC firmware gate FAILED on b300b", "mlx5_3"],
