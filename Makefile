@@ -10,7 +10,7 @@ N ?= 2
 PROFILE ?= kimi_k3
 SANDBOX_INV := inventory/sandbox
 
-.PHONY: help deps venv image sandbox sandbox-down demo test lint unit parser integration molecule thermal audit
+.PHONY: help deps venv image wheelhouse sandbox sandbox-down demo test lint unit parser integration molecule thermal audit
 
 help:
 	@echo "make demo      bring up the sandbox (2 emulated B300 hosts) and run site.yml -l b300a,b300b on it (PROFILE=kimi_k3|glm52_pd)"
@@ -50,12 +50,14 @@ unit: venv
 parser: venv  ## the REAL sglang 0.5.17/0.5.18 parsers (CPU venvs cached in .cache/sglang-argcheck) on both profiles
 	pytest -q -m real_parser tests/parser
 
-integration: image
-	sandbox/fleet.sh up 2
+wheelhouse: venv  ## wheels the sandbox hosts install from (air-gapped like a GPU cluster): .cache/wheelhouse
 	tools/build-wheelhouse.sh
+
+integration: image wheelhouse
+	sandbox/fleet.sh up 2
 	pytest -q -p no:cacheprovider tests/integration
 
-molecule: image
+molecule: image wheelhouse
 	tools/molecule-all.sh
 
 thermal: venv  ## before go-live on real hosts: 1 h GPU soak, verdict + plots in artifacts/thermal/
