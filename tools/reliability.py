@@ -294,7 +294,7 @@ class Runner:
             out += "\n[reliability.py] TIMEOUT after %s s" % (timeout_s or self.timeout_s)
         logf.write_text("$ %s\n%s" % (" ".join(argv), out))
         res = {"label": label, "command": " ".join(["ansible-playbook"] + argv[1:]).replace(str(ROOT) + "/", ""),
-               "rc": rc, "duration_s": round(time.monotonic() - t, 1), "log": str(logf.relative_to(ROOT)),
+               "rc": rc, "duration_s": round(time.monotonic() - t, 1), "log": os.path.relpath(logf, ROOT),
                "recap": recap(out), "messages": messages(out)}
         self.log("%s: rc=%d in %.0f s" % (label, rc, res["duration_s"]))
         return res, out
