@@ -10,7 +10,7 @@ N ?= 2
 PROFILE ?= kimi_k3
 SANDBOX_INV := inventory/sandbox
 
-.PHONY: help deps venv image wheelhouse sandbox sandbox-down demo test lint unit parser integration molecule thermal audit
+.PHONY: help deps venv image wheelhouse sandbox sandbox-down demo test lint unit parser integration molecule thermal audit reliability
 
 help:
 	@echo "make demo      bring up the sandbox (2 emulated B300 hosts) and run site.yml -l b300a,b300b on it (PROFILE=kimi_k3|glm52_pd)"
@@ -62,6 +62,9 @@ molecule: image wheelhouse
 
 thermal: venv  ## before go-live on real hosts: 1 h GPU soak, verdict + plots in artifacts/thermal/
 	ansible-playbook playbooks/thermal_soak.yml -l b300a,b300b
+
+reliability: sandbox wheelhouse  ## rolling restart / version change / faults under load on the sandbox (~30 min)
+	$(PY) tools/reliability.py
 
 audit: venv  ## the on-call firmware/GPU audit (read-only); INV=inventory/sandbox for the sandbox
 	tools/fw-audit -i $(or $(INV),inventory/production)

@@ -115,6 +115,7 @@ class Sandbox:
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "sandbox: the test needs the sandbox fleet (gets the `sandbox` fixture)")
+    config.addinivalue_line("markers", "integration: runs against the sandbox fleet or real processes on loopback")
 
 
 def pytest_collection_modifyitems(config, items):
