@@ -1,19 +1,16 @@
-"""Shared pytest setup: make module_utils importable as ansible.module_utils.<name>, locate fixtures."""
+"""Shared pytest setup: make the project's collection importable (ansible_collections.b300.rollout.plugins.*),
+locate fixtures."""
 import os
 import pathlib
+import sys
 
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-
-try:
-    import ansible.module_utils as _amu
-
-    _mu = str(ROOT / "module_utils")
-    if _mu not in _amu.__path__:
-        _amu.__path__.append(_mu)
-except ImportError:  # pragma: no cover - ansible-core is in requirements.txt
-    pass
+# collections/ holds ansible_collections/b300/rollout: module_utils import each other by that name, as Ansible ships
+# them to the hosts, so tests import them the same way.
+if str(ROOT / "collections") not in sys.path:
+    sys.path.insert(0, str(ROOT / "collections"))
 
 
 def _real_fixture_dir():

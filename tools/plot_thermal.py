@@ -15,9 +15,9 @@ import sys
 import textwrap
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "module_utils"))
+sys.path.insert(0, os.path.join(ROOT, "collections", "ansible_collections", "b300", "rollout", "plugins", "module_utils"))
 
-import thermal  # noqa: E402  (module_utils/thermal.py, stdlib only)
+import thermal  # noqa: E402  (the collection's module_utils/thermal.py, stdlib only)
 
 VERDICT_COLOURS = {"ok": "#2e7d32", "throttled": "#ef6c00", "hot": "#c62828", "error": "#6a1b9a"}
 

@@ -56,11 +56,11 @@ import loadgen  # noqa: E402  pylint: disable=wrong-import-position
 
 INVENTORY = ROOT / "inventory" / "sandbox"
 SANDBOX_VARS = ROOT / "tests" / "integration" / "sglang_sandbox_vars.yml"
-PROFILES_DIR = ROOT / "roles" / "sglang_server" / "files" / "profiles"
+PROFILES_DIR = ROOT / "roles" / "sglang" / "files" / "profiles"
 VENV_BIN = ROOT / ".venv" / "bin"
 ROLE_ORDER = ("prefill", "decode", "worker")          # module_utils/sglang_plan.py builds instances in this order
 ROLLING_ORDER = ("decode", "prefill", "worker")       # playbooks/rolling_restart.yml restarts in this order
-# version to switch to per profile (both pairs are in roles/sglang_server/vars/compat.yml with router 0.3.2)
+# version to switch to per profile (both pairs are in roles/sglang/vars/compat.yml with router 0.3.2)
 OTHER_VERSION = {"kimi_k3": "0.5.17", "glm52_pd": "0.5.18"}
 ALL_SCENARIOS = ("rolling", "version", "kill", "unhealthy", "unreachable")
 

@@ -196,4 +196,4 @@ def test_bad_input_refused_and_hosts_untouched(sandbox, spec, tmp_path, report):
     assert not missing, "%s: message lacks %s; output tail:\n%s" % (spec["id"], missing, out[-3000:])
     assert before == after, "%s: the run changed a sandbox host:\nbefore %s\nafter  %s" % (spec["id"], before, after)
     # refused in the gates: nothing after preflight/NCCL preflight started (no SGLang install/unit task ran)
-    assert "TASK [sglang_server : Install" not in out and "Units | unit files" not in out, spec["id"]
+    assert "TASK [sglang : Install" not in out and "Units | unit files" not in out, spec["id"]

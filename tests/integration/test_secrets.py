@@ -6,7 +6,7 @@ repository). kimi_k3 is deployed with it, then:
   - every env file holding it is mode 0640 root:sglang (workers and router);
   - through the router: no key -> 401, wrong key -> 401, right key -> 200 (and /readiness stays open);
   - workers and router run as user `sglang` (unit User= and the process owner), not root;
-  - the router bind address: default 0.0.0.0 documented in roles/sglang_router/defaults + argument_specs, the
+  - the router bind address: default 0.0.0.0 documented in roles/sglang/defaults + argument_specs, the
     running router listens there, and the planner puts sglang_router_bind_host into --host (configurable).
 Afterwards kimi_k3 is deployed again WITHOUT a key (the state the other sandbox tests expect), also checked.
 `playbooks/firmware_audit.yml --check` changing nothing (changed=0, no file changed on the hosts) is already proven by
@@ -131,19 +131,18 @@ def test_services_run_as_sglang_not_root(sandbox, keyed):
 
 
 def test_router_bind_address_default_documented_and_configurable(sandbox, keyed):
-    defaults = (ROOT / "roles" / "sglang_router" / "defaults" / "main.yml").read_text()
+    defaults = (ROOT / "roles" / "sglang" / "defaults" / "main.yml").read_text()
     m = re.search(r"((?:^#.*\n)+)sglang_router_bind_host: (\S+)", defaults, re.M)
     assert m and m.group(2) == "0.0.0.0" and "bind" in m.group(1).lower(), "default not documented"
-    specs = yaml.safe_load((ROOT / "roles" / "sglang_router" / "meta" / "argument_specs.yml").read_text())
+    specs = yaml.safe_load((ROOT / "roles" / "sglang" / "meta" / "argument_specs.yml").read_text())
     opt = specs["argument_specs"]["main"]["options"]["sglang_router_bind_host"]
     assert opt.get("default") == "0.0.0.0" and opt.get("description"), opt
     # running router: listens on the documented default
     listening = sandbox.exec("b300a", "ss -ltnH 'sport = :30080'").stdout
     assert re.search(r"0\.0\.0\.0:30080\s", listening), listening
     # configurable: the planner (what the role renders into ExecStart) takes sglang_router_bind_host for --host
-    import ansible.module_utils  # noqa: PLC0415 - tests/conftest.py extends its __path__ with module_utils/
-    from ansible.module_utils.sglang_plan import build_plan  # noqa: PLC0415
-    profile = yaml.safe_load((ROOT / "roles" / "sglang_server" / "files" / "profiles" / "kimi_k3.yml").read_text())
+    from ansible_collections.b300.rollout.plugins.module_utils.sglang_plan import build_plan  # noqa: PLC0415
+    profile = yaml.safe_load((ROOT / "roles" / "sglang" / "files" / "profiles" / "kimi_k3.yml").read_text())
     catalogs = {"server": {}, "router": {}}
     hosts = [{"name": "b300a", "address": "10.89.30.11", "groups": ["gpu_nodes", "sglang_router"]},
              {"name": "b300b", "address": "10.89.30.12", "groups": ["gpu_nodes"]}]
@@ -151,7 +150,6 @@ def test_router_bind_address_default_documented_and_configurable(sandbox, keyed)
                                        "known_combinations": [{"sglang": "0.5.18", "router": "0.3.2"}]}, catalogs)
     args = plan["router"]["args"]
     assert args[args.index("--host") + 1] == "10.89.30.11", args
-    assert ansible.module_utils
 
 
 @pytest.mark.xfail(strict=True, reason="known gap: systemd expands --api-key ${SGLANG_API_KEY} into the argv, so "

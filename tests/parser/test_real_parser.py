@@ -209,16 +209,16 @@ def _same_but_choice_order(a, b):
 def _plan_inputs(profile_name):
     """Inputs for module_utils/sglang_plan.build_plan (SYNTHESIZED facts: 8 GPUs, 8 CX-8 data NICs)."""
     import yaml  # pylint: disable=import-outside-toplevel
-    prof = yaml.safe_load((ROOT / "roles" / "sglang_server" / "files" / "profiles" / ("%s.yml" % profile_name))
+    prof = yaml.safe_load((ROOT / "roles" / "sglang" / "files" / "profiles" / ("%s.yml" % profile_name))
                           .read_text())
     server = {}
-    for f in (ROOT / "roles" / "sglang_server" / "files" / "options").glob("server-options-*.json"):
+    for f in (ROOT / "roles" / "sglang" / "files" / "options").glob("server-options-*.json"):
         server[f.stem.replace("server-options-", "")] = json.loads(f.read_text())
     router = {}
-    for f in (ROOT / "roles" / "sglang_router" / "files" / "options").glob("router-options-*.json"):
+    for f in (ROOT / "roles" / "sglang" / "files" / "options").glob("router-options-*.json"):
         data = json.loads(f.read_text())
         router[f.stem.replace("router-options-", "")] = data.get("options", data)
-    combos = yaml.safe_load((ROOT / "roles" / "sglang_server" / "vars" / "compat.yml").read_text())
+    combos = yaml.safe_load((ROOT / "roles" / "sglang" / "vars" / "compat.yml").read_text())
     gpus = [{"index": i, "pci_bus_id": "0000:%02x:00.0" % (0x18 + 0x10 * i), "numa_node": i // 4} for i in range(8)]
     gpu_nic = {str(g): {"mlx5_%d" % n: ("PIX" if n == g else ("NODE" if n // 4 == g // 4 else "SYS"))
                         for n in range(8)} for g in range(8)}
@@ -238,9 +238,7 @@ def _plan_inputs(profile_name):
 @pytest.mark.parametrize("profile_name", ["glm52_pd", "kimi_k3"])
 def test_sglang_plan_rendered_argvs_accepted_by_pinned_real_parser(venvs, tmp_path, profile_name):
     """Every instance argv module_utils/sglang_plan.py renders passes the real parser of the profile's version."""
-    if not (ROOT / "module_utils" / "sglang_plan.py").exists():
-        pytest.fail("module_utils/sglang_plan.py missing: this test checks its rendered argvs")
-    from ansible.module_utils import sglang_plan  # pylint: disable=import-outside-toplevel
+    from ansible_collections.b300.rollout.plugins.module_utils import sglang_plan  # pylint: disable=import-outside-toplevel
     prof, hosts, settings, catalogs = _plan_inputs(profile_name)
     plan = sglang_plan.build_plan(prof, hosts, settings, catalogs)
     assert not plan["errors"], plan["errors"]

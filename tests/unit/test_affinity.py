@@ -4,9 +4,9 @@ import sys
 
 import pytest
 
-from ansible.module_utils import affinity as af
-from ansible.module_utils.gpu_topology import build_gpu_topology
-from ansible.module_utils.rdma_nic import build_rdma_nics
+from ansible_collections.b300.rollout.plugins.module_utils import affinity as af
+from ansible_collections.b300.rollout.plugins.module_utils.gpu_topology import build_gpu_topology
+from ansible_collections.b300.rollout.plugins.module_utils.rdma_nic import build_rdma_nics
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "facts"))
 import synth  # noqa: E402

@@ -5,8 +5,8 @@ role reported live is what the project's code reads from the raw outputs, and th
 import json
 import pathlib
 
-from ansible.module_utils import nccl_results as nr
-from ansible.module_utils import thermal
+from ansible_collections.b300.rollout.plugins.module_utils import nccl_results as nr
+from ansible_collections.b300.rollout.plugins.module_utils import thermal
 
 EV = pathlib.Path(__file__).resolve().parents[2] / "docs" / "evidence" / "h200x2"
 

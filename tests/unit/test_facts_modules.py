@@ -26,7 +26,7 @@ def run_module(module, args, tmp_path, check=False):
                ANSIBLE_CALLBACK_RESULT_FORMAT="json", ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"),
                ANSIBLE_CACHE_PLUGIN="memory", ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
     cmd = [_ansible_bin("ansible"), "localhost", "-i", "localhost,", "-c", "local",
-           "-e", "ansible_python_interpreter=%s" % sys.executable, "-m", module, "-a", json.dumps(args)]
+           "-e", "ansible_python_interpreter=%s" % sys.executable, "-m", "b300.rollout." + module, "-a", json.dumps(args)]
     if check:
         cmd.append("--check")
     proc = subprocess.run(cmd, cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=120)
@@ -60,7 +60,7 @@ def fake_smi(tmp_path, files, rc=0):
 
 
 def test_gpu_topology_facts_on_real_2xh200(real_fixtures, tmp_path):
-    from ansible.module_utils.gpu_topology import build_gpu_topology
+    from ansible_collections.b300.rollout.plugins.module_utils.gpu_topology import build_gpu_topology
 
     m = real_fixtures / "nvidia-h200x2-vm"
     bindir, log = fake_smi(tmp_path, {"-q -x": m / "q.xml", "topo -m": m / "topo.txt", "nvlink -s": m / "nvlink-s.txt"})
@@ -176,7 +176,7 @@ def test_rdma_nic_facts_mlxfwmanager_required_but_missing(tmp_path):
 
 @pytest.mark.parametrize("module", ["gpu_topology_facts", "rdma_nic_facts", "gpu_health_check"])
 def test_ansible_doc(module):
-    proc = subprocess.run([_ansible_bin("ansible-doc"), "-M", "library", module], cwd=str(ROOT),
+    proc = subprocess.run([_ansible_bin("ansible-doc"), "b300.rollout." + module], cwd=str(ROOT),
                           capture_output=True, text=True, timeout=120,
                           env=dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg")))
     assert proc.returncode == 0, proc.stderr
@@ -184,7 +184,7 @@ def test_ansible_doc(module):
 
 
 def _b300_facts(**kw):
-    from ansible.module_utils.gpu_topology import build_gpu_topology
+    from ansible_collections.b300.rollout.plugins.module_utils.gpu_topology import build_gpu_topology
     return json.loads(json.dumps(build_gpu_topology(synth.b300_xml(**kw), synth.b300_topo(),
                                                     synth.b300_nvlink(down={5: [3, 11]}))))
 
@@ -234,10 +234,13 @@ def run_roles(tmp_path, scenario, extra_vars=None):
         pytest.skip("hwemu fixture %s not rendered (sandbox/hwemu/render_fixtures.py)" % scenario)
     play = tmp_path / "play.yml"
     play.write_text(
-        "- hosts: localhost\n  gather_facts: false\n  roles: [hw_facts, gpu_health_gate]\n"
+        "- hosts: localhost\n  gather_facts: false\n"
+        "  module_defaults:\n    group/b300.rollout.hw: '{{ hw_module_defaults }}'\n"
+        "  roles: [hw_facts, gpu_health_gate]\n"
         "  post_tasks:\n    - ansible.builtin.copy:\n        content: '{{ ansible_facts.rdma_nics | to_json }}'\n"
         "        dest: %s/rdma.json\n      delegate_to: localhost\n" % tmp_path)
-    ev = dict({"hw_bin_path": str(_hwemu_bin(tmp_path, synth_dir)), "hw_sysfs_root": str(synth_dir / "sys"),
+    ev = dict({"hw_module_defaults": {"bin_path": [str(_hwemu_bin(tmp_path, synth_dir))],
+                                      "sysfs_root": str(synth_dir / "sys")},
                "ansible_python_interpreter": sys.executable}, **(extra_vars or {}))
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_CACHE_PLUGIN="memory",
                ANSIBLE_NOCOLOR="1", ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"), ANSIBLE_ROLES_PATH=str(ROOT / "roles"))

@@ -9,7 +9,7 @@ import pathlib
 import pytest
 import yaml
 
-from ansible.module_utils import fw_matrix as fm
+from ansible_collections.b300.rollout.plugins.module_utils import fw_matrix as fm
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 MATRIX_FILE = ROOT / "roles" / "nic_firmware_gate" / "vars" / "nic_fw_matrix.yml"
@@ -341,7 +341,7 @@ def hwemu_fixtures(tmp_path_factory):
 
 
 def _facts_from_fixture(base):
-    from ansible.module_utils.rdma_nic import build_rdma_nics
+    from ansible_collections.b300.rollout.plugins.module_utils.rdma_nic import build_rdma_nics
     return build_rdma_nics(sysfs_root=str(base / "sys"), ofed_info_text=(base / "ofed_info.txt").read_text(),
                            mlxfwmanager_text=(base / "mlxfwmanager.txt").read_text(), kernel_release="6.8.0-1017-nvidia")
 
@@ -373,7 +373,7 @@ def test_role_defaults_and_argument_specs_in_sync():
     assert set(defaults) <= set(specs)
     for name, value in defaults.items():
         assert specs[name].get("default") == value, name
-    assert set(specs) - set(defaults) == {"hw_bin_path", "hw_sysfs_root"}
+    assert set(specs) == set(defaults)
     # policy choices in the spec are exactly what the matrix logic accepts
     for name in ("nic_firmware_gate_unknown_policy", "nic_firmware_gate_pending_reset_policy"):
         assert sorted(specs[name]["choices"]) == sorted(fm.POLICY_CHOICES)

@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from ansible.module_utils import gpu_topology as gt
+from ansible_collections.b300.rollout.plugins.module_utils import gpu_topology as gt
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "facts"))
 import synth  # noqa: E402  (SYNTHESIZED fixture builder)

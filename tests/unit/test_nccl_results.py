@@ -14,7 +14,7 @@ import sys
 import pytest
 import yaml
 
-from ansible.module_utils.nccl_results import (
+from ansible_collections.b300.rollout.plugins.module_utils.nccl_results import (
     GIB, analyze_repeat, classify, gate_rows, ib_hca_list, parse_json, parse_text, select_threshold,
 )
 
@@ -371,7 +371,7 @@ def _ansible(*args):
 
 
 def test_ansible_doc_renders():
-    r = _ansible("ansible-doc", "-M", "library", "nccl_tests_result")
+    r = _ansible("ansible-doc", "b300.rollout.nccl_tests_result")
     assert r.returncode == 0, r.stderr
     assert "output_prefixes" in r.stdout and "regression_max_drop_pct" in r.stdout
 
@@ -387,7 +387,7 @@ def test_module_classifies_files_written_by_the_wrapper(tmp_path, h200x2, table)
         (tmp_path / ("single-%d.meta.json" % i)).write_text(json.dumps({"rc": rc, "timed_out": to, "duration_s": 4}))
     args = {"output_prefixes": [str(tmp_path / ("single-%d" % i)) for i in (1, 2, 3)], "gpu_name": "NVIDIA H200",
             "gpu_count": 2, "threshold_table": table}
-    r = _ansible("ansible", "localhost", "-i", "localhost,", "-c", "local", "-M", "library", "-m", "nccl_tests_result",
+    r = _ansible("ansible", "localhost", "-i", "localhost,", "-c", "local", "-m", "b300.rollout.nccl_tests_result",
                  "-e", "ansible_python_interpreter=" + sys.executable, "-a", json.dumps(args))
     assert r.returncode == 0, r.stdout + r.stderr
     res = json.loads(r.stdout.split("=>", 1)[1])

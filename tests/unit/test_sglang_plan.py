@@ -14,10 +14,10 @@ import sys
 import pytest
 import yaml
 
-from ansible.module_utils import sglang_plan as sp
+from ansible_collections.b300.rollout.plugins.module_utils import sglang_plan as sp
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-PROFILES = ROOT / "roles" / "sglang_server" / "files" / "profiles"
+PROFILES = ROOT / "roles" / "sglang" / "files" / "profiles"
 SEED = ROOT.parent / "shared" / "seeds" / "000_41a8a3efb3bcc347.txt"
 
 
@@ -27,16 +27,16 @@ def load_profile(name):
 
 def catalogs():
     server = {}
-    for f in (ROOT / "roles" / "sglang_server" / "files" / "options").glob("server-options-*.json"):
+    for f in (ROOT / "roles" / "sglang" / "files" / "options").glob("server-options-*.json"):
         server[f.stem.replace("server-options-", "")] = json.loads(f.read_text())
     router = {}
-    for f in (ROOT / "roles" / "sglang_router" / "files" / "options").glob("router-options-*.json"):
+    for f in (ROOT / "roles" / "sglang" / "files" / "options").glob("router-options-*.json"):
         router[f.stem.replace("router-options-", "")] = json.loads(f.read_text())["options"]
     return {"server": server, "router": router}
 
 
 def known_combinations():
-    return yaml.safe_load((ROOT / "roles" / "sglang_server" / "vars" / "compat.yml").read_text())["sglang_known_combinations"]
+    return yaml.safe_load((ROOT / "roles" / "sglang" / "vars" / "compat.yml").read_text())["sglang_known_combinations"]
 
 
 def synth_b300_facts(gpu_count=8):
@@ -260,8 +260,8 @@ def synth_b300_hosts(tmp_path):
     (tests/fixtures/facts/synth.py: 8 GPUs, CX8 mlx5_0..7, fabric-manager CX7 mlx5_8 under GPU 0's switch)."""
     sys.path.insert(0, str(ROOT / "tests" / "fixtures" / "facts"))
     import synth  # noqa: E402 pylint: disable=import-outside-toplevel
-    from ansible.module_utils.gpu_topology import build_gpu_topology
-    from ansible.module_utils.rdma_nic import build_rdma_nics
+    from ansible_collections.b300.rollout.plugins.module_utils.gpu_topology import build_gpu_topology
+    from ansible_collections.b300.rollout.plugins.module_utils.rdma_nic import build_rdma_nics
 
     root = synth.make_sysfs(tmp_path, fm_under_gpu0=True)
 

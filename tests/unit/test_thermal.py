@@ -16,7 +16,7 @@ import zlib
 
 import pytest
 
-from ansible.module_utils import thermal
+from ansible_collections.b300.rollout.plugins.module_utils import thermal
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 FIELDS = list(thermal.QUERY_FIELDS)

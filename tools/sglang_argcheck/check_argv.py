@@ -6,7 +6,7 @@
 
 With --sglang-version it builds or reuses the CPU venv (.cache/sglang-argcheck/<VER>/venv, see build_venv.sh) and
 re-runs itself with that venv's python. Without it, the current python must hold sglang (e.g. run by the venv
-python directly). The check itself is roles/sglang_server/files/sglang_argv_check.py (the same file the role's
+python directly). The check itself is roles/sglang/files/sglang_argv_check.py (the same file the role's
 preflight runs on the GPU hosts); this wrapper only adds the triton/torchvision import stand-ins (standins/, placed
 AFTER the real site-packages on sys.path so real packages win where they exist).
 
@@ -20,7 +20,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 STANDINS = os.path.join(HERE, "standins")
-ROLE_CHECK = os.path.join(ROOT, "roles", "sglang_server", "files")
+ROLE_CHECK = os.path.join(ROOT, "roles", "sglang", "files")
 
 
 def venv_python(version, build=True):

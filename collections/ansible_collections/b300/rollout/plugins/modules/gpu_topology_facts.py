@@ -1,0 +1,133 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+"""Ansible module: gpu_topology facts from nvidia-smi (parsing lives in module_utils/gpu_topology.py)."""
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: gpu_topology_facts
+short_description: Read NVIDIA GPU inventory, health and topology into the gpu_topology fact
+description:
+  - Runs C(nvidia-smi -q -x), C(nvidia-smi topo -m) and C(nvidia-smi nvlink -s) once each and returns
+    C(ansible_facts.gpu_topology) as described in docs/CONTRACTS.md.
+  - NUMA nodes missing from the XML come from C(topo -m) or from sysfs (C(<sysfs_root>/bus/pci/devices/<addr>/numa_node)).
+  - When the XML carries no driver version (R610+ drivers renamed it to "KMD Version") the plain
+    C(nvidia-smi) banner is read as well.
+  - Read-only; runs in check mode too.
+version_added: "0.1.0"
+author: b300-rollout
+options:
+  nvidia_smi_path:
+    description: Path of nvidia-smi. Default is to search O(bin_path) first, then PATH.
+    type: path
+  bin_path:
+    description: Directories searched for nvidia-smi before PATH (the C(hw_bin_path) inventory variable).
+    type: list
+    elements: path
+    default: []
+  sysfs_root:
+    description: Root of the sysfs tree (the C(hw_sysfs_root) inventory variable).
+    type: path
+    default: /sys
+  return_raw:
+    description: Also return the raw tool outputs under C(raw) (used to record evidence).
+    type: bool
+    default: false
+notes:
+  - Fails with a message naming the tool and the host when nvidia-smi is missing, exits non-zero or prints unreadable output.
+"""
+
+EXAMPLES = r"""
+- name: Read GPU topology
+  gpu_topology_facts:
+    bin_path: "{{ [hw_bin_path] if hw_bin_path | default('', true) else [] }}"
+    sysfs_root: "{{ hw_sysfs_root | default('/sys', true) }}"
+
+- name: Show the problems nvidia-smi reports
+  ansible.builtin.debug:
+    var: ansible_facts.gpu_topology.problems
+"""
+
+RETURN = r"""
+ansible_facts:
+  description: Facts added to the host.
+  returned: always
+  type: dict
+  contains:
+    gpu_topology:
+      description: >-
+        driver_version, cuda_version, gpu_count, gpus (index, name, uuid, pci_bus_id, numa_node, memory_total_mib,
+        vbios_version, temperatures, power_limit_w, clock_event_reasons_active, throttled, ecc, retired_pages,
+        remapped_rows, fabric, nvlink), topology (nic_columns_present, gpu_gpu, gpu_nic, cpu_affinity,
+        numa_affinity) and problems (list of human readable strings). See docs/CONTRACTS.md.
+      type: dict
+      returned: always
+timing_s:
+  description: Seconds spent per nvidia-smi call and in parsing.
+  type: dict
+  returned: always
+raw:
+  description: Raw outputs of the three nvidia-smi calls (keys smi_xml, topo, nvlink, banner).
+  type: dict
+  returned: when return_raw is true
+"""
+
+import socket
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.b300.rollout.plugins.module_utils.gpu_topology import build_gpu_topology
+
+
+def run_tool(module, argv, what):
+    start = time.monotonic()
+    rc, out, err = module.run_command(argv)
+    elapsed = round(time.monotonic() - start, 4)
+    if rc != 0:
+        module.fail_json(msg="%s: `%s` failed on host %s (rc=%s, expected 0): %s" % (
+            what, " ".join(argv), socket.gethostname(), rc, (err or out).strip()[:500]), rc=rc)
+    return out, elapsed
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            nvidia_smi_path=dict(type="path"),
+            bin_path=dict(type="list", elements="path", default=[]),
+            sysfs_root=dict(type="path", default="/sys"),
+            return_raw=dict(type="bool", default=False),
+        ),
+        supports_check_mode=True,
+    )
+    host = socket.gethostname()
+    t0 = time.monotonic()
+    smi = module.params["nvidia_smi_path"] or module.get_bin_path("nvidia-smi", opt_dirs=module.params["bin_path"])
+    if not smi:
+        module.fail_json(msg="nvidia-smi not found on host %s (searched %s and PATH); expected the NVIDIA driver "
+                             "utilities to be installed" % (host, module.params["bin_path"] or "no extra dirs"))
+    timing = {}
+    xml_out, timing["nvidia_smi_q_x"] = run_tool(module, [smi, "-q", "-x"], "nvidia-smi")
+    topo_out, timing["topo_m"] = run_tool(module, [smi, "topo", "-m"], "nvidia-smi")
+    nvl_out, timing["nvlink_s"] = run_tool(module, [smi, "nvlink", "-s"], "nvidia-smi")
+    banner = None
+    p0 = time.monotonic()
+    try:
+        facts = build_gpu_topology(xml_out, topo_out, nvl_out, sysfs_root=module.params["sysfs_root"])
+    except ValueError as exc:
+        module.fail_json(msg="nvidia-smi -q -x output unreadable on host %s (%s): %s; expected <nvidia_smi_log> XML" % (
+            host, smi, exc))
+    timing["parse"] = round(time.monotonic() - p0, 4)
+    if facts["driver_version"] is None or facts["cuda_version"] is None:
+        # R610+ drivers: versions may only be in the "KMD Version" / "CUDA UMD Version" banner
+        banner, timing["banner"] = run_tool(module, [smi], "nvidia-smi")
+        facts = build_gpu_topology(xml_out, topo_out, nvl_out, sysfs_root=module.params["sysfs_root"],
+                                   banner_text=banner)
+    timing["total"] = round(time.monotonic() - t0, 4)
+    result = dict(changed=False, ansible_facts={"gpu_topology": facts}, timing_s=timing)
+    if module.params["return_raw"]:
+        result["raw"] = {"smi_xml": xml_out, "topo": topo_out, "nvlink": nvl_out, "banner": banner}
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

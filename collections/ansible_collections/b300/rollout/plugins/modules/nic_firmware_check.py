@@ -1,0 +1,381 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+"""Ansible module: judge ConnectX firmware against the mlx5 driver using the firmware matrix."""
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: nic_firmware_check
+short_description: Judge ConnectX NIC firmware against the installed mlx5 driver (firmware matrix)
+description:
+  - Takes C(rdma_nics) facts (from M(rdma_nic_facts)) and the firmware matrix rows, and returns one verdict per
+    device - V(ok), V(mismatch), V(unsupported), V(unknown), V(pending_reset) or V(ignored) - each naming the matrix
+    row and the rule that decided it, and what firmware was expected.
+  - Single-host mode (O(rdma_nics)) is used by the C(nic_firmware_gate) role; with O(enforce=true) the module fails
+    with one line per failing device naming host, device, PCI address, model, firmware, driver, expected firmware and
+    the command to fix it by hand.
+  - Fleet mode (O(hosts)) is used by C(playbooks/firmware_audit.yml) once on the controller; it also checks GPU driver
+    and VBIOS consistency and NVLink links down from C(gpu_topology) facts, and can write the Markdown/JSON report and
+    Prometheus textfiles.
+  - Pure decision logic lives in C(module_utils/fw_matrix.py). The module never touches the NICs and never flashes
+    firmware. It always reports C(changed=false); report files it is asked to write are controller-side outputs of a
+    read-only audit and are written in check mode too.
+version_added: "1.0.0"
+author: b300-rollout
+options:
+  rdma_nics:
+    description: C(ansible_facts.rdma_nics) of one host (single-host mode). Mutually exclusive with O(hosts).
+    type: dict
+  host:
+    description: Host name used in messages (single-host mode).
+    type: str
+    default: localhost
+  hosts:
+    description:
+      - Fleet mode. Mapping host -> C({status, msg, rdma_nics, gpu_topology}) (C(status) V(ok), V(unreachable) or
+        V(failed)), or host -> the result registered from the gather task (unreachable/failed results are recognised).
+    type: dict
+  matrix:
+    description: Built-in matrix rows (the role's C(nic_firmware_gate_matrix_rows)). One of O(matrix) or O(matrix_file) is required.
+    type: list
+    elements: dict
+  matrix_file:
+    description: YAML file with a list of rows or a C(nic_firmware_gate_matrix_rows) key, read where the module runs.
+    type: path
+  extra_rows:
+    description: Operator rows (C(nic_firmware_gate_extra_rows)); checked first, and replace built-in rows of the same id.
+    type: list
+    elements: dict
+    default: []
+  policy:
+    description:
+      - C(unknown) and C(pending_reset) - V(warn) or V(fail) (default V(fail) for both); C(ignore_roles) - device
+        roles reported as V(ignored) (default V([fabric_manager])).
+    type: dict
+    default: {}
+  enforce:
+    description: Fail when any device's verdict is failing under the policy (single-host mode).
+    type: bool
+    default: false
+  report_dir:
+    description: Fleet mode - directory where C(<report_name>.md) and C(<report_name>.json) are written.
+    type: path
+  report_name:
+    description: Base name of the report files; unless it is V(latest), C(latest.md) / C(latest.json) are written too.
+    type: str
+    default: latest
+  prometheus_dir:
+    description: Fleet mode - directory where C(<host>.prom) node_exporter textfiles are written (one per host).
+    type: path
+  gather:
+    description:
+      - Gather mode (run on the host) - read the facts named here in ONE module run and return them as
+        C(ansible_facts), with the same content as M(rdma_nic_facts) and M(gpu_topology_facts) (same
+        C(module_utils) builders). The audit uses it to keep one task per host.
+      - A source whose tool is missing is returned as C(null) with the reason in C(gather_errors) instead of failing,
+        so an audit reports it rather than losing the host.
+    type: list
+    elements: str
+    choices: [rdma_nics, gpu_topology]
+    default: []
+  bin_path:
+    description: Gather mode - directories searched for ofed_info, mlxfwmanager and nvidia-smi before PATH (C(hw_bin_path)).
+    type: list
+    elements: path
+    default: []
+  sysfs_root:
+    description: Gather mode - root of the sysfs tree (C(hw_sysfs_root)).
+    type: path
+    default: /sys
+  ofed_info:
+    description:
+      - Gather mode - V(always) runs C(ofed_info -s) like M(rdma_nic_facts). V(auto) runs it only when the
+        C(mlx5_core) module version cannot tell DOCA-OFED from MLNX_OFED by itself (versions older than 25.x);
+        C(rdma_nics.driver.ofed_info) is then null. The audit uses V(auto) (one emulated tool call less per host).
+    type: str
+    choices: [always, auto]
+    default: always
+  as_facts:
+    description:
+      - Gather mode - return the data as C(ansible_facts) (V(true)) or only under C(gathered) (V(false)).
+      - The audit uses V(false) - its C(gpu_topology) is partial (no topo matrix, see O(read_topo)) and must not
+        land in hostvars or in ansible.cfg's fact cache where another role could take it for the full fact.
+    type: bool
+    default: true
+  fabric_manager_devices:
+    description: Gather mode - RDMA device names serving the NVLink fabric manager besides the auto-detected ConnectX-7.
+    type: list
+    elements: str
+    default: []
+  read_topo:
+    description:
+      - Gather mode - also run C(nvidia-smi topo -m). The audit sets V(false) (it needs driver, VBIOS and NVLink
+        state only); C(gpu_topology.topology) is then empty and C(topology_read) is false.
+    type: bool
+    default: true
+"""
+
+EXAMPLES = r"""
+- name: Read rdma_nics and gpu_topology in one module run (audit)
+  nic_firmware_check:
+    gather: [rdma_nics, gpu_topology]
+    bin_path: "{{ [hw_bin_path] if hw_bin_path | default('', true) else [] }}"
+    sysfs_root: "{{ hw_sysfs_root | default('/sys', true) }}"
+
+- name: Gate NIC firmware on this host
+  nic_firmware_check:
+    rdma_nics: "{{ ansible_facts.rdma_nics }}"
+    host: "{{ inventory_hostname }}"
+    matrix: "{{ nic_firmware_gate_matrix_rows }}"
+    extra_rows: "{{ nic_firmware_gate_extra_rows }}"
+    policy: {unknown: fail, pending_reset: fail}
+    enforce: true
+
+- name: Audit a fleet on the controller
+  nic_firmware_check:
+    hosts:
+      b300a: {status: ok, rdma_nics: "{{ hostvars.b300a.ansible_facts.rdma_nics }}", gpu_topology: {}}
+      b300b: {status: unreachable, msg: "ssh: connect to host b300b port 22: No route to host"}
+    matrix_file: roles/nic_firmware_gate/vars/nic_fw_matrix.yml
+    report_dir: artifacts/firmware-audit
+  delegate_to: localhost
+  run_once: true
+"""
+
+RETURN = r"""
+status:
+  description: Single-host mode - V(ok), V(warn) or V(fail).
+  returned: single-host mode
+  type: str
+verdicts:
+  description: One entry per device - device, pci_address, model, psid, role, fw, fw_pending, driver_flavour,
+    driver_version, verdict, row, rule, expected, source, reason, severity (ok/warn/fail), remediation.
+  returned: single-host mode
+  type: list
+  elements: dict
+messages:
+  description: One line per failing or warning device (what the gate prints).
+  returned: always
+  type: list
+  elements: str
+report:
+  description: Fleet mode - hosts, nic_rows (every verdict with its host), gpu (driver/VBIOS/NVLink), summary.
+  returned: fleet mode
+  type: dict
+markdown:
+  description: Fleet mode - the Markdown report.
+  returned: fleet mode
+  type: str
+exit_code:
+  description: Fleet mode - 0 all ok, 2 any finding, 3 any host unreachable or failed (3 wins).
+  returned: fleet mode
+  type: int
+ansible_facts:
+  description: Gather mode - C(rdma_nics) and/or C(gpu_topology) (docs/CONTRACTS.md schemas).
+  returned: gather mode with O(as_facts=true)
+  type: dict
+gathered:
+  description: Gather mode - the same data when O(as_facts=false).
+  returned: gather mode with O(as_facts=false)
+  type: dict
+gather_errors:
+  description: Gather mode - source -> why it could not be read.
+  returned: gather mode
+  type: dict
+artifacts:
+  description: Paths of the files written.
+  returned: always
+  type: list
+  elements: str
+"""
+
+import os
+import socket
+import tempfile
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.b300.rollout.plugins.module_utils.gpu_topology import build_gpu_topology
+from ansible_collections.b300.rollout.plugins.module_utils.rdma_nic import build_rdma_nics
+from ansible_collections.b300.rollout.plugins.module_utils.fw_matrix import (MatrixError, audit_fleet, check_host, device_message, host_messages,
+                                            load_matrix_doc, merge_rows, normalise_policy, parse_driver_version,
+                                            render_markdown, render_prometheus, to_json)
+
+try:
+    import yaml
+    HAS_YAML = True
+except ImportError:  # pragma: no cover - hosts without PyYAML can still pass matrix rows inline
+    HAS_YAML = False
+
+
+def _write(path, text):
+    d = os.path.dirname(path) or "."
+    if not os.path.isdir(d):
+        os.makedirs(d)
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.chmod(tmp, 0o644)
+    os.rename(tmp, path)
+    return path
+
+
+def _safe_name(host):
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in host)
+
+
+class GatherError(Exception):
+    pass
+
+
+def _run(module, argv):
+    rc, out, err = module.run_command(argv)
+    if rc != 0:
+        raise GatherError("`%s` failed on host %s (rc=%s, expected 0): %s" % (
+            " ".join(argv), socket.gethostname(), rc, (err or out).strip()[:300]))
+    return out
+
+
+def gather_rdma_nics(module, dirs, sysfs_root):
+    """Same inputs as library/rdma_nic_facts.py: sysfs, `ofed_info -s`, `mlxfwmanager --query` when installed."""
+    ofed_info = module.get_bin_path("ofed_info", opt_dirs=dirs)
+    if ofed_info and module.params["ofed_info"] == "auto":
+        version = None
+        for rel in (("module", "mlx5_core", "version"), ("bus", "pci", "drivers", "mlx5_core", "module", "version")):
+            try:
+                with open(os.path.join(sysfs_root, *rel)) as f:
+                    version = f.read().strip()
+                break
+            except (IOError, OSError):
+                continue
+        parsed = parse_driver_version(version) if version else None
+        if parsed and (parsed["scheme"] == "yymm" or parsed["yymm"][0] >= 25):
+            ofed_info = None   # DOCA-OFED by version alone (rdma_nic.driver_facts draws the same conclusion)
+    mlxfw = module.get_bin_path("mlxfwmanager", opt_dirs=dirs)
+    ofed_text = _run(module, [ofed_info, "-s"]) if ofed_info else None
+    mlxfw_text = _run(module, [mlxfw, "--query"]) if mlxfw else None
+    return build_rdma_nics(sysfs_root=sysfs_root, ofed_info_text=ofed_text, mlxfwmanager_text=mlxfw_text,
+                           kernel_release=os.uname()[2],
+                           fabric_manager_devices=module.params["fabric_manager_devices"])
+
+
+def gather_gpu_topology(module, dirs, sysfs_root):
+    """Same inputs as library/gpu_topology_facts.py: nvidia-smi -q -x, topo -m (unless read_topo=false), nvlink -s,
+    and the banner for R610+."""
+    smi = module.get_bin_path("nvidia-smi", opt_dirs=dirs)
+    if not smi:
+        raise GatherError("nvidia-smi not found on host %s (searched %s and PATH)" % (socket.gethostname(), dirs or "PATH"))
+    xml_out = _run(module, [smi, "-q", "-x"])
+    topo_out = _run(module, [smi, "topo", "-m"]) if module.params["read_topo"] else ""
+    nvl_out = _run(module, [smi, "nvlink", "-s"])
+    banner = None
+    if "<driver_version>" not in xml_out and "<cuda_version>" not in xml_out:
+        banner = _run(module, [smi])
+    try:
+        facts = build_gpu_topology(xml_out, topo_out, nvl_out, sysfs_root=sysfs_root, banner_text=banner)
+        facts["topology_read"] = bool(module.params["read_topo"])
+        return facts
+    except ValueError as e:
+        raise GatherError("nvidia-smi -q -x output unreadable on host %s: %s" % (socket.gethostname(), e))
+
+
+def gather(module):
+    p = module.params
+    facts, errors = {}, {}
+    for source, fn in (("rdma_nics", gather_rdma_nics), ("gpu_topology", gather_gpu_topology)):
+        if source not in p["gather"]:
+            continue
+        try:
+            facts[source] = fn(module, p["bin_path"], p["sysfs_root"])
+        except (GatherError, OSError, IOError) as e:
+            facts[source] = None
+            errors[source] = str(e)
+    if p["as_facts"]:
+        module.exit_json(changed=False, ansible_facts=facts, gather_errors=errors)
+    module.exit_json(changed=False, gathered=facts, gather_errors=errors)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            rdma_nics=dict(type="dict"),
+            host=dict(type="str", default="localhost"),
+            hosts=dict(type="dict"),
+            matrix=dict(type="list", elements="dict"),
+            matrix_file=dict(type="path"),
+            extra_rows=dict(type="list", elements="dict", default=[]),
+            policy=dict(type="dict", default={}),
+            enforce=dict(type="bool", default=False),
+            report_dir=dict(type="path"),
+            report_name=dict(type="str", default="latest"),
+            prometheus_dir=dict(type="path"),
+            gather=dict(type="list", elements="str", choices=["rdma_nics", "gpu_topology"], default=[]),
+            bin_path=dict(type="list", elements="path", default=[]),
+            sysfs_root=dict(type="path", default="/sys"),
+            read_topo=dict(type="bool", default=True),
+            ofed_info=dict(type="str", choices=["always", "auto"], default="always"),
+            fabric_manager_devices=dict(type="list", elements="str", default=[]),
+            as_facts=dict(type="bool", default=True),
+        ),
+        mutually_exclusive=[("rdma_nics", "hosts"), ("matrix", "matrix_file"), ("gather", "rdma_nics"), ("gather", "hosts")],
+        supports_check_mode=True,
+    )
+    p = module.params
+    if p["gather"]:
+        gather(module)
+    if p["rdma_nics"] is None and p["hosts"] is None:
+        module.fail_json(msg="nic_firmware_check: one of rdma_nics, hosts or gather is required")
+    if not p["matrix"] and not p["matrix_file"]:
+        module.fail_json(msg="nic_firmware_check: matrix (nic_firmware_gate_matrix_rows) or matrix_file is required")
+    try:
+        if p["matrix_file"]:
+            if not HAS_YAML:
+                module.fail_json(msg="nic_firmware_check: matrix_file needs PyYAML where the module runs; pass matrix instead")
+            with open(p["matrix_file"]) as f:
+                base = load_matrix_doc(yaml.safe_load(f))
+        else:
+            base = p["matrix"]
+        rows = merge_rows(base, p["extra_rows"])
+        policy = normalise_policy(p["policy"])
+    except (MatrixError, ValueError, IOError, OSError) as e:
+        module.fail_json(msg="nic_firmware_check: firmware matrix/policy rejected: %s" % e)
+
+    if p["rdma_nics"] is not None:
+        res = check_host(p["rdma_nics"], rows, policy)
+        msgs = host_messages(p["host"], res)
+        out = dict(changed=False, status=res["status"], verdicts=res["verdicts"], counts=res["counts"],
+                   messages=msgs, artifacts=[], rows_used=len(rows))
+        for v in res["verdicts"]:
+            if v["severity"] == "warn":
+                module.warn("NIC firmware gate (policy warn): " + device_message(p["host"], v))
+        if p["enforce"] and res["status"] == "fail":
+            out["verdicts"] = [v for v in res["verdicts"] if v["severity"] != "ok"]
+            module.fail_json(msg="NIC firmware gate FAILED on %s (never flashed by automation):\n%s"
+                             % (p["host"], "\n".join(msgs)), **out)
+        module.exit_json(**out)
+
+    report = audit_fleet(p["hosts"], rows, policy)
+    md = render_markdown(report)
+    artifacts = []
+    try:
+        if p["report_dir"]:
+            base_path = os.path.join(p["report_dir"], p["report_name"])
+            artifacts.append(_write(base_path + ".md", md))
+            artifacts.append(_write(base_path + ".json", to_json(report)))
+            if p["report_name"] != "latest":
+                artifacts.append(_write(os.path.join(p["report_dir"], "latest.md"), md))
+                artifacts.append(_write(os.path.join(p["report_dir"], "latest.json"), to_json(report)))
+        if p["prometheus_dir"]:
+            for host in sorted(report["hosts"]):
+                artifacts.append(_write(os.path.join(p["prometheus_dir"], "b300_nic_firmware_%s.prom" % _safe_name(host)),
+                                        render_prometheus(host, report)))
+    except (IOError, OSError) as e:
+        module.fail_json(msg="nic_firmware_check: cannot write audit report: %s" % e, markdown=md)
+    msgs = [m for e in report["hosts"].values() for m in e.get("messages", [])]
+    module.exit_json(changed=False, report=report, markdown=md, exit_code=report["summary"]["exit_code"],
+                     messages=msgs, artifacts=artifacts)
+
+
+if __name__ == "__main__":
+    main()

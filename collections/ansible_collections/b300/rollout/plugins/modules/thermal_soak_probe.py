@@ -1,0 +1,236 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+"""Ansible module: find nvidia-smi, validate the sampling query, pick the GPU loader and build the soak plan."""
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: thermal_soak_probe
+short_description: Prepare a GPU thermal soak (sampler fields, GPU list, loader choice, run plan)
+description:
+  - Finds C(nvidia-smi) (in O(bin_path) first), runs the sampling query once and falls back to the
+    C(clocks_throttle_reasons.*) names when the driver rejects C(clocks_event_reasons.*).
+  - Picks the loader, a PyTorch bf16 matmul burner when C(torch.cuda.is_available()) is true for one of
+    O(python_candidates), else a looped C(all_reduce_perf), else a gpu-burn-like tool.
+  - Returns the plan that C(thermal_soak_runner.py) executes. Reads only; safe in check mode.
+version_added: "0.1.0"
+author: b300-rollout
+options:
+  bin_path:
+    description: Directories searched before PATH for C(nvidia-smi) and the gpu-burn tool (C(hw_bin_path)).
+    type: list
+    elements: str
+    default: []
+  fields:
+    description: C(--query-gpu) fields to sample (driver >= 550 names).
+    type: list
+    elements: str
+    required: true
+  loader:
+    description: Loader to use; C(auto) takes the first available of torch, nccl, burn.
+    type: str
+    choices: [auto, torch, nccl, burn]
+    default: auto
+  python_candidates:
+    description: Interpreters tried for C(import torch); the module's own interpreter is tried first.
+    type: list
+    elements: str
+    default: [python3]
+  nccl_bin_dirs:
+    description: Directories searched first for C(all_reduce_perf); shell globs allowed (C(/opt/nccl-tests/*/build)).
+    type: list
+    elements: str
+    default: []
+  burn_names:
+    description: Executable names of the gpu-burn-like fallback loader.
+    type: list
+    elements: str
+    default: [gpu_burn, gpu-burn]
+  duration_s:
+    description: Soak duration in seconds.
+    type: int
+    required: true
+  sample_ms:
+    description: Sampling interval in milliseconds (C(-lms)).
+    type: int
+    default: 2000
+  out_dir:
+    description: Directory on the host where the runner writes samples and status.
+    type: path
+    required: true
+  burner_script:
+    description: Path on the host of the shipped C(torch_burn.py).
+    type: path
+  burn_size:
+    description: Matrix size of the torch burner.
+    type: int
+    default: 8192
+  nccl_args:
+    description: Arguments of C(all_reduce_perf) (C(-g N) is appended).
+    type: list
+    elements: str
+    default: []
+  burn_args:
+    description: Arguments of the gpu-burn-like tool before the duration.
+    type: list
+    elements: str
+    default: []
+  load_env:
+    description: Extra environment for every loader process (C(NCCL_NVLS_ENABLE=0) is always set).
+    type: dict
+    default: {}
+"""
+
+EXAMPLES = r"""
+- name: Plan the soak
+  thermal_soak_probe:
+    bin_path: "{{ [hw_bin_path] if hw_bin_path | default('', true) else [] }}"
+    fields: "{{ thermal_soak_query_fields }}"
+    duration_s: 600
+    out_dir: /var/tmp/thermal_soak/run
+    burner_script: /var/tmp/thermal_soak/torch_burn.py
+  register: probe
+"""
+
+RETURN = r"""
+python:
+  description: Interpreter running this module on the host (used to run the soak runner).
+  returned: always
+  type: str
+nvidia_smi:
+  description: Path of nvidia-smi used.
+  returned: success
+  type: str
+fields:
+  description: Validated query fields (legacy clocks_throttle_reasons names when the driver needed them).
+  returned: success
+  type: list
+legacy_fields:
+  description: Whether the legacy field names were needed.
+  returned: success
+  type: bool
+gpu_indices:
+  description: GPU indices seen by the probe query.
+  returned: success
+  type: list
+loader:
+  description: Loader kind chosen (torch, nccl, burn) or null when none is available.
+  returned: always
+  type: str
+loader_path:
+  description: Interpreter (torch) or executable (nccl, burn) used.
+  returned: success
+  type: str
+loader_problem:
+  description: Why no loader could be chosen, or null.
+  returned: always
+  type: str
+candidates:
+  description: What was looked for and found, per loader kind.
+  returned: always
+  type: dict
+plan:
+  description: The runner plan (sampler argv + header, loads with argv/env/loop, duration, out_dir); null without loader.
+  returned: always
+  type: dict
+"""
+
+import glob
+import os
+import sys
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.b300.rollout.plugins.module_utils.thermal import build_plan, choose_loader, invalid_field, legacy_fields, parse_samples
+
+TORCH_CHECK = "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"
+
+
+def _find(module, names, dirs):
+    for name in names:
+        for d in dirs:
+            cand = os.path.join(d, name)
+            if os.path.isfile(cand) and os.access(cand, os.X_OK):
+                return cand
+        found = module.get_bin_path(name)
+        if found:
+            return found
+    return None
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            bin_path=dict(type="list", elements="str", default=[]),
+            fields=dict(type="list", elements="str", required=True),
+            loader=dict(type="str", default="auto", choices=["auto", "torch", "nccl", "burn"]),
+            python_candidates=dict(type="list", elements="str", default=["python3"]),
+            nccl_bin_dirs=dict(type="list", elements="str", default=[]),
+            burn_names=dict(type="list", elements="str", default=["gpu_burn", "gpu-burn"]),
+            duration_s=dict(type="int", required=True),
+            sample_ms=dict(type="int", default=2000),
+            out_dir=dict(type="path", required=True),
+            burner_script=dict(type="path"),
+            burn_size=dict(type="int", default=8192),
+            nccl_args=dict(type="list", elements="str", default=[]),
+            burn_args=dict(type="list", elements="str", default=[]),
+            load_env=dict(type="dict", default={}),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    bin_dirs = [d for d in p["bin_path"] if d]
+    smi = _find(module, ["nvidia-smi"], bin_dirs)
+    if not smi:
+        module.fail_json(msg="nvidia-smi not found in bin_path %s or PATH: the thermal soak needs it to sample GPUs"
+                         % bin_dirs)
+
+    fields, legacy = list(p["fields"]), False
+    rc, out, err = module.run_command([smi, "--query-gpu=" + ",".join(fields), "--format=csv,noheader,nounits"])
+    bad = invalid_field(out + err) if rc != 0 else None
+    if bad and bad.startswith("clocks_event_reasons."):
+        fields, legacy = legacy_fields(fields), True
+        rc, out, err = module.run_command([smi, "--query-gpu=" + ",".join(fields), "--format=csv,noheader,nounits"])
+        bad = invalid_field(out + err) if rc != 0 else None
+    if rc != 0:
+        module.fail_json(msg="%s --query-gpu failed (rc %s)%s: expected one CSV line per GPU. %s"
+                         % (smi, rc, ", field %s rejected" % bad if bad else "", (err or out).strip()[-400:]),
+                         fields=fields)
+    parsed = parse_samples(out, fields)
+    gpu_indices = sorted({s["index"] for s in parsed["samples"]})
+    if not gpu_indices:
+        module.fail_json(msg="%s --query-gpu printed no GPU rows: expected one line per GPU" % smi, stdout=out)
+
+    torch_python = None
+    tried = []
+    for py in [sys.executable] + p["python_candidates"]:
+        path = py if os.path.isabs(py) else module.get_bin_path(py)
+        if not path or path in tried:
+            continue
+        tried.append(path)
+        trc, _o, _e = module.run_command(["timeout", "120", path, "-c", TORCH_CHECK])
+        if trc == 0:
+            torch_python = path
+            break
+    nccl_dirs = []
+    for d in p["nccl_bin_dirs"]:
+        nccl_dirs += sorted(glob.glob(d), reverse=True) if any(c in d for c in "*?[") else [d]
+    nccl_bin = _find(module, ["all_reduce_perf"], nccl_dirs + bin_dirs)
+    burn_bin = _find(module, p["burn_names"], bin_dirs)
+    kind, problem = choose_loader(p["loader"], torch_python, nccl_bin, burn_bin)
+    candidates = {"torch": {"tried": tried, "found": torch_python},
+                  "nccl": {"dirs": nccl_dirs + bin_dirs, "found": nccl_bin},
+                  "burn": {"names": p["burn_names"], "dirs": bin_dirs, "found": burn_bin}}
+    plan, loader_path = None, None
+    if kind:
+        loader_path = {"torch": torch_python, "nccl": nccl_bin, "burn": burn_bin}[kind]
+        if kind == "torch" and not p["burner_script"]:
+            module.fail_json(msg="loader torch chosen but burner_script is not set")
+        plan = build_plan(kind, p["duration_s"], p["sample_ms"], smi, fields, gpu_indices, p["out_dir"],
+                          loader_path, burner_script=p["burner_script"], burn_size=p["burn_size"],
+                          nccl_args=p["nccl_args"], burn_args=p["burn_args"], load_env=p["load_env"])
+    module.exit_json(changed=False, python=sys.executable, nvidia_smi=smi, fields=fields, legacy_fields=legacy, gpu_indices=gpu_indices,
+                     loader=kind, loader_path=loader_path, loader_problem=problem, candidates=candidates, plan=plan)
+
+
+if __name__ == "__main__":
+    main()
