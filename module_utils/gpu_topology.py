@@ -562,6 +562,66 @@ def _single_int(value):
     return int(value) if re.match(r"^\d+$", value.strip()) else None
 
 
+def _sysfs_ib_devices(sysfs_root):
+    """{name: (pci_address, numa_node)} of ``<sysfs_root>/class/infiniband/*`` (the same tree rdma_nic_facts reads)."""
+    base = os.path.join(sysfs_root or "/sys", "class", "infiniband")
+    try:
+        names = sorted(os.listdir(base))
+    except OSError:
+        return {}
+    out = {}
+    for name in names:
+        dev = os.path.join(base, name, "device")
+        if not os.path.exists(dev):
+            continue
+        pci = normalize_pci_bus_id(os.path.basename(os.path.realpath(dev)))
+        out[name] = (pci, sysfs_numa_node(sysfs_root, pci))
+    return out
+
+
+def affinity_disagreements(gpus, topo, sysfs_root):
+    """Compare the nearest NIC(s) per GPU from ``topo -m`` with sysfs (PCIe path, else NUMA node).
+
+    Returns (disagreements, sysfs_rows): disagreements = [{gpu, topo_nic, sysfs_nic, reason}] where the two nearest
+    sets share no NIC; sysfs_rows = {gpu: {nic: level}} from sysfs for those GPUs (the caller prefers them).
+    Only NICs named both in topo and in sysfs are compared; nothing is reported when sysfs knows none of them."""
+    from ansible.module_utils.affinity import LEVEL_RANK, _sysfs_rank  # the no-NIC-column fallback, reused
+
+    levels = {v: k for k, v in LEVEL_RANK.items()}
+    devs = _sysfs_ib_devices(sysfs_root)
+    out, rows = [], {}
+    for g in gpus:
+        key = str(g["index"])
+        cells = {n: v for n, v in (topo.get("gpu_nic") or {}).get(key, {}).items() if v in LEVEL_RANK and n in devs}
+        if not cells or not g.get("pci_bus_id"):
+            continue
+        gnuma = sysfs_numa_node(sysfs_root, g["pci_bus_id"])
+        if gnuma is None:
+            gnuma = g.get("numa_node")
+        sysfs_rank, how = {}, {}
+        for n in cells:
+            nic_pci, nic_numa = devs[n]
+            r = _sysfs_rank(g["pci_bus_id"], nic_pci, sysfs_root)
+            if r is not None:
+                sysfs_rank[n], how[n] = r, "PCIe path"
+            elif gnuma is not None and nic_numa is not None:
+                sysfs_rank[n], how[n] = LEVEL_RANK["NODE"] if gnuma == nic_numa else LEVEL_RANK["SYS"], "NUMA node"
+        if not sysfs_rank:
+            continue
+        tbest = min(LEVEL_RANK[v] for n, v in cells.items() if n in sysfs_rank)
+        sbest = min(sysfs_rank.values())
+        tset = sorted(n for n in sysfs_rank if LEVEL_RANK[cells[n]] == tbest)
+        sset = sorted(n for n, r in sysfs_rank.items() if r == sbest)
+        if set(tset) & set(sset):
+            continue
+        out.append({"gpu": g["index"], "topo_nic": tset, "sysfs_nic": sset,
+                    "reason": "nvidia-smi topo -m puts %s nearest (%s) but sysfs (%s) puts %s nearest (%s); "
+                              "using sysfs" % (",".join(tset), levels[tbest], how[sset[0]], ",".join(sset),
+                                               levels[sbest])})
+        rows[key] = {n: levels[r] for n, r in sysfs_rank.items()}
+    return out, rows
+
+
 # --------------------------------------------------------------------------- build + health
 def build_gpu_topology(xml_text, topo_text, nvlink_text, sysfs_root="/sys", banner_text=None):
     """Build the ``gpu_topology`` fact. Raises ValueError when the XML is unreadable."""
@@ -583,6 +643,10 @@ def build_gpu_topology(xml_text, topo_text, nvlink_text, sysfs_root="/sys", bann
             g["numa_node"] = sysfs_numa_node(sysfs_root, g["pci_bus_id"])
         g["nvlink"] = nvlink_summary(nvl.get(g["index"], {}))
         gpus.append(g)
+    disagreements, sysfs_rows = affinity_disagreements(gpus, topo, sysfs_root)
+    gpu_nic = {k: dict(v) for k, v in topo["gpu_nic"].items()}
+    for key, row in sysfs_rows.items():
+        gpu_nic.setdefault(key, {}).update(row)  # sysfs wins where the two disagree
     result = {
         "driver_version": driver,
         "cuda_version": cuda,
@@ -591,10 +655,11 @@ def build_gpu_topology(xml_text, topo_text, nvlink_text, sysfs_root="/sys", bann
         "topology": {
             "nic_columns_present": topo["nic_columns_present"],
             "gpu_gpu": topo["gpu_gpu"],
-            "gpu_nic": topo["gpu_nic"],
+            "gpu_nic": gpu_nic,
             "cpu_affinity": topo["cpu_affinity"],
             "numa_affinity": topo["numa_affinity"],
         },
+        "affinity_disagreements": disagreements,
     }
     result["problems"] = [p["message"] for p in health_problems(result)]
     return result
