@@ -294,3 +294,38 @@ def test_health_remap_failure_message():
     assert p["check"] == "remapped_rows" and p["gpu"] == 6
     assert p["message"] == ("b300a: GPU 6 (%s): row remapping: remap failure (512 uncorrectable rows remapped); "
                             "expected no failure and nothing pending" % synth.gpu_pci(6))
+
+
+# ----------------------------------------------------------------- topo -m vs sysfs affinity
+def test_topo_and_sysfs_agree_no_disagreement(tmp_path):
+    root = synth.make_sysfs(tmp_path)
+    t = gt.build_gpu_topology(synth.b300_xml(), synth.b300_topo(), synth.b300_nvlink(), sysfs_root=root)
+    assert t["affinity_disagreements"] == []
+    assert t["topology"]["gpu_nic"]["3"]["mlx5_3"] == "PIX"
+
+
+def test_topo_sysfs_disagreement_reported_and_sysfs_preferred(tmp_path):
+    from ansible_collections.b300.rollout.plugins.module_utils import affinity as af
+    from ansible.module_utils.rdma_nic import build_rdma_nics
+
+    root = synth.make_sysfs(tmp_path)
+    # topo -m claims GPU 0 sits under mlx5_1 (e.g. a shifted row); sysfs puts mlx5_0 under GPU 0's switch
+    lines = synth.b300_topo().split("\n")
+    gpu0 = next(i for i, ln in enumerate(lines) if ln.startswith("GPU0\t"))
+    cells = lines[gpu0].split("\t")
+    i0, i1 = 9, 10  # GPU0 <label>, 8 GPU cells, then NIC0, NIC1
+    assert (cells[i0], cells[i1]) == ("PIX", "NODE")
+    cells[i0], cells[i1] = cells[i1], cells[i0]
+    lines[gpu0] = "\t".join(cells)
+    topo = "\n".join(lines)
+    assert gt.parse_topo(topo)["gpu_nic"]["0"]["mlx5_1"] == "PIX"
+    t = gt.build_gpu_topology(synth.b300_xml(), topo, synth.b300_nvlink(), sysfs_root=root)
+    (d,) = t["affinity_disagreements"]
+    assert d["gpu"] == 0 and d["topo_nic"] == ["mlx5_1"] and d["sysfs_nic"] == ["mlx5_0"]
+    assert "PCIe path" in d["reason"]
+    assert t["topology"]["gpu_nic"]["0"]["mlx5_0"] == "PIX"
+    rdma = build_rdma_nics(root)
+    assert af.nearest_nics(t, rdma, [0], sysfs_root=root) == ["mlx5_0"]
+    # without sysfs there is nothing to compare: topo stands, nothing reported
+    t = gt.build_gpu_topology(synth.b300_xml(), topo, synth.b300_nvlink(), sysfs_root=str(tmp_path / "none"))
+    assert t["affinity_disagreements"] == [] and t["topology"]["gpu_nic"]["0"]["mlx5_1"] == "PIX"

@@ -290,23 +290,133 @@ def parse_smi_xml(text):
 
 
 # --------------------------------------------------------------------------- topo -m
-def _split_row(line):
-    if "\t" in line:
-        return [c.strip() for c in line.split("\t")]
-    return [c.strip() for c in re.split(r"\s{2,}", line)]
+class TopoParseError(ValueError):
+    """A ``nvidia-smi topo -m`` row that cannot be made to fit its header (the message names the row)."""
+
+
+# cell vocabulary (nvidia-smi topo -m, all drivers seen so far)
+LINK_RE = re.compile(r"^(?:X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC|C2C|N/A)$")
+_CPU_RANGE = r"\d+(?:-\d+)?"
+CPU_LIST_RE = re.compile(r"^(?:%s(?:,%s)*|N/A)$" % (_CPU_RANGE, _CPU_RANGE))
+NUMA_ID_RE = re.compile(r"^(?:\d+|N/A)$")
+ANY_CELL_RE = re.compile(r"^\S+$")
+NAMED_COLUMNS = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
+_NAMED_RE = {"CPU Affinity": CPU_LIST_RE, "NUMA Affinity": NUMA_ID_RE, "GPU NUMA ID": NUMA_ID_RE}
+# a device column in the header: GPUn, NICn (with a NIC Legend) or an RDMA device named directly (old drivers:
+# mlx5_0, mlx4_0, bnxt_re0, irdma0, ...)
+_DEV_COL_RE = re.compile(r"GPU\d+|NIC\d+|[a-z][a-z0-9]*_[a-z0-9]*?\d+|[a-z]+\d+")
+_ROW_LABEL_RE = re.compile(r"^\s*(GPU\d+|NIC\d+|[a-z][a-z0-9]*_\d+)(?=\s|$)")
+
+
+def _cpu_list_ok(value):
+    """A CPU list whose ranges run upwards (``144-191``, never ``144-19``)."""
+    if value == "N/A":
+        return True
+    for part in value.split(","):
+        if "-" in part:
+            lo, hi = part.split("-")
+            if int(lo) >= int(hi):
+                return False
+    return True
+
+
+def _header_columns(line):
+    """Column names of a header line, or None when the line is no header.
+
+    Accepts a leading tab, spaces or nothing, ANSI escapes (stripped before), tabs or spaces between names and
+    device names glued together (``mlx5_10mlx5_11``)."""
+    m = re.search(r"(?<![A-Za-z0-9_])GPU0(?![0-9])", line)
+    if not m:
+        return None
+    text = line[m.start():]
+    named = []
+    for label in NAMED_COLUMNS:
+        pos = text.find(label)
+        if pos >= 0:
+            named.append((pos, label))
+    named.sort()
+    dev_text = text[:named[0][0]] if named else text
+    rest = text[named[0][0]:] if named else ""
+    devs = []
+    for chunk in dev_text.split():
+        pieces = _DEV_COL_RE.findall(chunk)
+        if "".join(pieces) != chunk:
+            return None  # something that is not a column name: not a header
+        devs.extend(pieces)
+    if not devs or devs[0] != "GPU0" or "X" in devs:
+        return None
+    # every other named column (future drivers) by two or more blanks / tabs
+    named_cols = [label for _pos, label in named]
+    leftover = rest
+    for label in named_cols:
+        leftover = leftover.replace(label, "\t")
+    extra = [c for c in re.split(r"\t|\s{2,}", leftover) if c.strip()]
+    if len(devs) == 1 and not named_cols:
+        return None  # a lone "GPU0" is a row label or prose, not a header
+    return devs, named_cols + [c.strip() for c in extra]
+
+
+def _fits(chunks, slots, prefer):
+    """Split whitespace-separated ``chunks`` (each possibly several glued cells) into len(slots) cells.
+
+    slots: list of (name, regex, check). Returns the list of cells, or None when no split fits. When several
+    splits fit, ``prefer`` (a key function over the cell list) chooses; the choice is deterministic."""
+    text = "\x00".join(chunks)
+    n = len(slots)
+    memo = {}
+
+    def solve(pos, k):
+        # all ways to cut text[pos:] into slots[k:]; cells never cross a chunk boundary (\x00)
+        key = (pos, k)
+        if key in memo:
+            return memo[key]
+        out = []
+        if k == n:
+            if pos == len(text):
+                out = [[]]
+        elif pos < len(text):
+            _name, rx, check = slots[k]
+            end = pos + 1
+            while end <= len(text):
+                if text[end - 1] == "\x00":
+                    break
+                cell = text[pos:end]
+                if rx.match(cell) and (check is None or check(cell)):
+                    nxt = end
+                    if nxt < len(text) and text[nxt] == "\x00":
+                        nxt += 1  # the cell ends its chunk; the next cell starts the next chunk
+                    for tail in solve(nxt, k + 1):
+                        out.append([cell] + tail)
+                        if len(out) > 64:
+                            break
+                end += 1
+        memo[key] = out
+        return out
+
+    ways = solve(0, 0)
+    if not ways:
+        return None
+    return sorted(ways, key=prefer)[0]
 
 
 def parse_topo(text):
     """Parse ``nvidia-smi topo -m``.
 
-    Returns {nic_columns_present, gpu_gpu, gpu_nic, cpu_affinity, numa_affinity, gpu_numa_id, nic_legend}.
-    GPU keys are index strings, NIC keys are legend names (``mlx5_0``) or the column name when no legend.
+    Returns {nic_columns_present, gpus, nics, gpu_gpu, gpu_nic, cpu_affinity, numa_affinity, gpu_numa_id,
+    nic_legend}. GPU keys are index strings, NIC keys are legend names (``mlx5_0``) or the column name when the
+    header names the device itself (older drivers: ``mlx5_0`` columns, no legend).
+
+    Cells are read by their vocabulary (X, NV<n>, PIX, PXB, PHB, NODE, SYS, SOC, N/A, CPU lists, NUMA ids), not by
+    tab position: tabs or spaces, a header without its leading tab, ANSI escapes and cells glued together by
+    drivers 525-570 (``PIXPHB``, ``0N/A``, ``48-95,144-1911N/A``) all read the same. The header's column count and
+    the row structure (matrix cells, CPU affinity, NUMA affinity[, GPU NUMA ID]) decide how a glued token splits;
+    a GPU row that cannot be made to fit raises :class:`TopoParseError` naming the row.
     """
-    out = {"nic_columns_present": False, "gpu_gpu": {}, "gpu_nic": {}, "cpu_affinity": {},
-           "numa_affinity": {}, "gpu_numa_id": {}, "nic_legend": {}}
+    out = {"nic_columns_present": False, "gpus": [], "nics": [], "gpu_gpu": {}, "gpu_nic": {},
+           "cpu_affinity": {}, "numa_affinity": {}, "gpu_numa_id": {}, "nic_legend": {}}
     if not text:
         return out
-    lines = [ANSI_RE.sub("", ln).rstrip("\r\n") for ln in text.splitlines()]
+    lines = [ANSI_RE.sub("", ln).replace("\r", "").replace("\xa0", " ") for ln in text.splitlines()]
     legend = {}
     for ln in lines:
         m = re.match(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$", ln)
@@ -315,43 +425,82 @@ def parse_topo(text):
     out["nic_legend"] = legend
     header = None
     for i, ln in enumerate(lines):
-        # the header starts with whitespace (tab or spaces) before GPU0; matrix rows start with "GPU0"
-        if ln[:1] in ("\t", " ") and re.search(r"\bGPU0\b", ln):
-            cells = [c for c in _split_row(ln.strip()) if c]
-            if cells and cells[0] == "GPU0":
-                header = (i, cells)
-                break
+        cols = _header_columns(ln)
+        if cols:
+            header = (i, cols)
+            break
     if header is None:
         return out
-    hidx, cols = header
-    matrix_cols = [c for c in cols if re.match(r"^(GPU|NIC)\d+$", c)]
-    named_cols = cols[len(matrix_cols):]
-    out["nic_columns_present"] = any(c.startswith("NIC") for c in matrix_cols)
+    hidx, (dev_cols, named_cols) = header
+    nic_cols = [c for c in dev_cols if not c.startswith("GPU")]
+    gpu_cols = [c for c in dev_cols if c.startswith("GPU")]
+    out["nic_columns_present"] = bool(nic_cols)
+    out["nics"] = [legend.get(c, c) for c in nic_cols]
+    slots = [(c, LINK_RE, None) for c in dev_cols]
+    slots += [(c, _NAMED_RE.get(c, ANY_CELL_RE), _cpu_list_ok if c == "CPU Affinity" else None) for c in named_cols]
+    seen_cpu = {}
+
     for ln in lines[hidx + 1:]:
         if not ln.strip():
-            break
-        cells = _split_row(ln)
-        if not cells or not re.match(r"^GPU\d+$", cells[0]):
+            if out["gpus"]:
+                break
             continue
-        gpu = cells[0][3:]
-        values = cells[1:]
-        mvals, rest = values[:len(matrix_cols)], values[len(matrix_cols):]
-        for col, val in zip(matrix_cols, mvals):
+        if re.match(r"^\s*Legend\s*:", ln):
+            break
+        m = _ROW_LABEL_RE.match(ln)
+        if not m:
+            if out["gpus"]:
+                break
+            continue
+        label = m.group(1)
+        if not label.startswith("GPU"):
+            continue  # NIC rows repeat the GPU/NIC cells; they are not needed
+        if label not in gpu_cols:
+            raise TopoParseError("nvidia-smi topo -m: row %s has no column in the header (%s)" % (
+                label, " ".join(dev_cols)))
+        chunks = ln[m.end():].split()
+        cells = _fits(chunks, slots, lambda cells: _prefer(cells, len(dev_cols), named_cols, seen_cpu))
+        if cells is None:
+            # trailing named columns may be missing altogether (blank CPU affinity on some VMs)
+            for drop in range(1, len(named_cols) + 1):
+                cells = _fits(chunks, slots[:len(slots) - drop],
+                              lambda c: _prefer(c, len(dev_cols), named_cols, seen_cpu))
+                if cells is not None:
+                    cells = cells + [None] * drop
+                    break
+        if cells is None:
+            raise TopoParseError(
+                "nvidia-smi topo -m: row %s does not fit the header's %d columns (%s): %r" % (
+                    label, len(slots), ", ".join(dev_cols + named_cols), ln.strip()))
+        gpu = label[3:]
+        if cells[dev_cols.index(label)] != "X":
+            raise TopoParseError("nvidia-smi topo -m: row %s: expected X in its own column %s, got %r" % (
+                label, label, cells[dev_cols.index(label)]))
+        out["gpus"].append(gpu)
+        for col, val in zip(dev_cols, cells[:len(dev_cols)]):
             if val == "X":
                 continue
             if col.startswith("GPU"):
                 out["gpu_gpu"].setdefault(gpu, {})[col[3:]] = val
             else:
                 out["gpu_nic"].setdefault(gpu, {})[legend.get(col, col)] = val
-        rest_nonempty = [v for v in rest if v != ""]
-        if len(rest_nonempty) != len(named_cols):
-            rest_nonempty = rest[:len(named_cols)]
-        named = dict(zip(named_cols, rest_nonempty))
+        named = dict(zip(named_cols, cells[len(dev_cols):]))
         for col, key in (("CPU Affinity", "cpu_affinity"), ("NUMA Affinity", "numa_affinity"),
                          ("GPU NUMA ID", "gpu_numa_id")):
             if col in named:
                 out[key][gpu] = clean(named[col])
+        if named.get("CPU Affinity") and named.get("NUMA Affinity"):
+            seen_cpu.setdefault(named["CPU Affinity"], named["NUMA Affinity"])
     return out
+
+
+def _prefer(cells, n_dev, named_cols, seen_cpu):
+    """Order of preference between splits that all fit: a CPU list already seen in another row, then the
+    shortest NUMA id (``1`` rather than ``11`` when ``144-191`` + ``1`` and ``144-19``... both parse)."""
+    named = dict(zip(named_cols, cells[n_dev:]))
+    cpu = named.get("CPU Affinity") or ""
+    numa = named.get("NUMA Affinity") or ""
+    return (0 if cpu in seen_cpu else 1, len(numa), -len(cpu), cells)
 
 
 # --------------------------------------------------------------------------- nvlink -s
@@ -413,6 +562,66 @@ def _single_int(value):
     return int(value) if re.match(r"^\d+$", value.strip()) else None
 
 
+def _sysfs_ib_devices(sysfs_root):
+    """{name: (pci_address, numa_node)} of ``<sysfs_root>/class/infiniband/*`` (the same tree rdma_nic_facts reads)."""
+    base = os.path.join(sysfs_root or "/sys", "class", "infiniband")
+    try:
+        names = sorted(os.listdir(base))
+    except OSError:
+        return {}
+    out = {}
+    for name in names:
+        dev = os.path.join(base, name, "device")
+        if not os.path.exists(dev):
+            continue
+        pci = normalize_pci_bus_id(os.path.basename(os.path.realpath(dev)))
+        out[name] = (pci, sysfs_numa_node(sysfs_root, pci))
+    return out
+
+
+def affinity_disagreements(gpus, topo, sysfs_root):
+    """Compare the nearest NIC(s) per GPU from ``topo -m`` with sysfs (PCIe path, else NUMA node).
+
+    Returns (disagreements, sysfs_rows): disagreements = [{gpu, topo_nic, sysfs_nic, reason}] where the two nearest
+    sets share no NIC; sysfs_rows = {gpu: {nic: level}} from sysfs for those GPUs (the caller prefers them).
+    Only NICs named both in topo and in sysfs are compared; nothing is reported when sysfs knows none of them."""
+    from ansible_collections.b300.rollout.plugins.module_utils.affinity import LEVEL_RANK, _sysfs_rank  # the no-NIC-column fallback, reused
+
+    levels = {v: k for k, v in LEVEL_RANK.items()}
+    devs = _sysfs_ib_devices(sysfs_root)
+    out, rows = [], {}
+    for g in gpus:
+        key = str(g["index"])
+        cells = {n: v for n, v in (topo.get("gpu_nic") or {}).get(key, {}).items() if v in LEVEL_RANK and n in devs}
+        if not cells or not g.get("pci_bus_id"):
+            continue
+        gnuma = sysfs_numa_node(sysfs_root, g["pci_bus_id"])
+        if gnuma is None:
+            gnuma = g.get("numa_node")
+        sysfs_rank, how = {}, {}
+        for n in cells:
+            nic_pci, nic_numa = devs[n]
+            r = _sysfs_rank(g["pci_bus_id"], nic_pci, sysfs_root)
+            if r is not None:
+                sysfs_rank[n], how[n] = r, "PCIe path"
+            elif gnuma is not None and nic_numa is not None:
+                sysfs_rank[n], how[n] = LEVEL_RANK["NODE"] if gnuma == nic_numa else LEVEL_RANK["SYS"], "NUMA node"
+        if not sysfs_rank:
+            continue
+        tbest = min(LEVEL_RANK[v] for n, v in cells.items() if n in sysfs_rank)
+        sbest = min(sysfs_rank.values())
+        tset = sorted(n for n in sysfs_rank if LEVEL_RANK[cells[n]] == tbest)
+        sset = sorted(n for n, r in sysfs_rank.items() if r == sbest)
+        if set(tset) & set(sset):
+            continue
+        out.append({"gpu": g["index"], "topo_nic": tset, "sysfs_nic": sset,
+                    "reason": "nvidia-smi topo -m puts %s nearest (%s) but sysfs (%s) puts %s nearest (%s); "
+                              "using sysfs" % (",".join(tset), levels[tbest], how[sset[0]], ",".join(sset),
+                                               levels[sbest])})
+        rows[key] = {n: levels[r] for n, r in sysfs_rank.items()}
+    return out, rows
+
+
 # --------------------------------------------------------------------------- build + health
 def build_gpu_topology(xml_text, topo_text, nvlink_text, sysfs_root="/sys", banner_text=None):
     """Build the ``gpu_topology`` fact. Raises ValueError when the XML is unreadable."""
@@ -434,6 +643,10 @@ def build_gpu_topology(xml_text, topo_text, nvlink_text, sysfs_root="/sys", bann
             g["numa_node"] = sysfs_numa_node(sysfs_root, g["pci_bus_id"])
         g["nvlink"] = nvlink_summary(nvl.get(g["index"], {}))
         gpus.append(g)
+    disagreements, sysfs_rows = affinity_disagreements(gpus, topo, sysfs_root)
+    gpu_nic = {k: dict(v) for k, v in topo["gpu_nic"].items()}
+    for key, row in sysfs_rows.items():
+        gpu_nic.setdefault(key, {}).update(row)  # sysfs wins where the two disagree
     result = {
         "driver_version": driver,
         "cuda_version": cuda,
@@ -442,10 +655,11 @@ def build_gpu_topology(xml_text, topo_text, nvlink_text, sysfs_root="/sys", bann
         "topology": {
             "nic_columns_present": topo["nic_columns_present"],
             "gpu_gpu": topo["gpu_gpu"],
-            "gpu_nic": topo["gpu_nic"],
+            "gpu_nic": gpu_nic,
             "cpu_affinity": topo["cpu_affinity"],
             "numa_affinity": topo["numa_affinity"],
         },
+        "affinity_disagreements": disagreements,
     }
     result["problems"] = [p["message"] for p in health_problems(result)]
     return result

@@ -13,6 +13,12 @@ description:
   - NUMA nodes missing from the XML come from C(topo -m) or from sysfs (C(<sysfs_root>/bus/pci/devices/<addr>/numa_node)).
   - When the XML carries no driver version (R610+ drivers renamed it to "KMD Version") the plain
     C(nvidia-smi) banner is read as well.
+  - C(topo -m) cells are read by their vocabulary, so tabs turned into spaces, a header without its leading tab,
+    ANSI escapes, NIC columns named C(mlx5_N) (older drivers, no NIC Legend) and cells glued together by drivers
+    525-570 (C(PIXPHB), C(0N/A)) all parse; a row that cannot be made to fit its header fails the module naming the row.
+  - When sysfs lists the RDMA devices (C(<sysfs_root>/class/infiniband)), the nearest NIC per GPU from C(topo -m) is
+    checked against sysfs (common PCIe ancestor, else NUMA node); on disagreement sysfs wins in
+    C(topology.gpu_nic) and the case is listed in C(affinity_disagreements).
   - Read-only; runs in check mode too.
 version_added: "0.1.0"
 author: b300-rollout
@@ -59,9 +65,20 @@ ansible_facts:
         driver_version, cuda_version, gpu_count, gpus (index, name, uuid, pci_bus_id, numa_node, memory_total_mib,
         vbios_version, temperatures, power_limit_w, clock_event_reasons_active, throttled, ecc, retired_pages,
         remapped_rows, fabric, nvlink), topology (nic_columns_present, gpu_gpu, gpu_nic, cpu_affinity,
-        numa_affinity) and problems (list of human readable strings). See docs/CONTRACTS.md.
+        numa_affinity), affinity_disagreements and problems (list of human readable strings). See docs/CONTRACTS.md.
       type: dict
       returned: always
+      contains:
+        affinity_disagreements:
+          description: >-
+            GPUs whose nearest NIC per C(nvidia-smi topo -m) shares no NIC with the nearest per sysfs (PCIe path,
+            else NUMA node); sysfs is used for those GPUs in topology.gpu_nic. Empty when they agree or sysfs lists
+            none of the topo NICs.
+          type: list
+          elements: dict
+          returned: always
+          sample: [{gpu: 0, topo_nic: [mlx5_1], sysfs_nic: [mlx5_0],
+                    reason: "nvidia-smi topo -m puts mlx5_1 nearest (PIX) but sysfs (PCIe path) puts mlx5_0 nearest (PIX); using sysfs"}]
 timing_s:
   description: Seconds spent per nvidia-smi call and in parsing.
   type: dict
@@ -76,7 +93,7 @@ import socket
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.b300.rollout.plugins.module_utils.gpu_topology import build_gpu_topology
+from ansible_collections.b300.rollout.plugins.module_utils.gpu_topology import TopoParseError, build_gpu_topology
 
 
 def run_tool(module, argv, what):
@@ -113,6 +130,8 @@ def main():
     p0 = time.monotonic()
     try:
         facts = build_gpu_topology(xml_out, topo_out, nvl_out, sysfs_root=module.params["sysfs_root"])
+    except TopoParseError as exc:
+        module.fail_json(msg="nvidia-smi topo -m output unreadable on host %s (%s): %s" % (host, smi, exc))
     except ValueError as exc:
         module.fail_json(msg="nvidia-smi -q -x output unreadable on host %s (%s): %s; expected <nvidia_smi_log> XML" % (
             host, smi, exc))
