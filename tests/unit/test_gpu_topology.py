@@ -306,7 +306,7 @@ def test_topo_and_sysfs_agree_no_disagreement(tmp_path):
 
 def test_topo_sysfs_disagreement_reported_and_sysfs_preferred(tmp_path):
     from ansible_collections.b300.rollout.plugins.module_utils import affinity as af
-    from ansible.module_utils.rdma_nic import build_rdma_nics
+    from ansible_collections.b300.rollout.plugins.module_utils.rdma_nic import build_rdma_nics
 
     root = synth.make_sysfs(tmp_path)
     # topo -m claims GPU 0 sits under mlx5_1 (e.g. a shifted row); sysfs puts mlx5_0 under GPU 0's switch
