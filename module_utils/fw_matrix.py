@@ -40,7 +40,7 @@ POLICY_DEFAULTS = {"unknown": "fail", "pending_reset": "fail", "ignore_roles": [
 POLICY_CHOICES = ("warn", "fail")
 
 _FW_RE = re.compile(r"^\s*(\d+)\.(\d+)\.(\d+)\b")
-_LEGACY_RE = re.compile(r"^(\d{2})\.(\d{2})-(\d+(?:\.\d+)*)$")
+_LEGACY_RE = re.compile(r"^(\d{1,2})\.(\d{1,2})-(\d+(?:\.\d+)*)$")  # 25.10-1.2.2, 24.10-1.1.4.0.200, 5.8-1.1.2.1
 _NEW_RE = re.compile(r"^(\d{2})(\d{2})\.(\d+)\.(\d+)$")
 _YYMM_RE = re.compile(r"^(\d{2})\.(\d{2})$")
 _KERNEL_RE = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?(?:[-+].*)?$")

@@ -27,7 +27,10 @@ PCI_MODELS = {
 CA_TYPE_MODELS = {"MT4129": "ConnectX-7", "MT4131": "ConnectX-8", "MT4133": "ConnectX-9", "MT41692": "BlueField-3"}
 DATA_NIC_MODELS = ("ConnectX-8", "ConnectX-9")
 
-LEGACY_RE = re.compile(r"(?<![\d.])(\d{1,2})\.(\d{2})-(\d+)\.(\d+)\.(\d+)(?:\.(\d+))?(?![\d])")
+# 25.10-1.2.2, 24.10-1.1.4.0.200 (kept whole), MLNX_OFED 5.8-1.1.2.1 / 4.9-6.0.6.0 (one-digit minor)
+LEGACY_RE = re.compile(r"(?<![\d.])(\d{1,2})\.(\d{1,2})-(\d+(?:\.\d+){1,6})(?![\d.])")
+# the in-kernel (inbox) mlx5_core's MODULE_VERSION, e.g. modinfo "version: 5.0-0" (removed from newer kernels)
+INBOX_MODULE_RE = re.compile(r"^\d+\.\d+-\d+$")
 YYMM_RE = re.compile(r"(?<![\d.])(\d{2})(\d{2})\.(\d+)\.(\d+)(?:\.(\d+))?(?![\d])")
 
 
@@ -70,8 +73,8 @@ def parse_driver_version(text):
         return None
     m = LEGACY_RE.search(text)
     if m:
-        nums = [int(x) for x in m.groups() if x is not None]
-        ver = "%s.%s-%s" % (m.group(1), m.group(2), ".".join(x for x in m.groups()[2:] if x is not None))
+        nums = [int(m.group(1)), int(m.group(2))] + [int(x) for x in m.group(3).split(".")]
+        ver = "%s.%s-%s" % (m.group(1), m.group(2), m.group(3))
         return {"version": ver, "scheme": "legacy", "year": nums[0], "month": nums[1], "key": tuple(nums)}
     m = YYMM_RE.search(text)
     if m and 1 <= int(m.group(2)) <= 12:
@@ -98,6 +101,53 @@ def parse_ofed_info(text):
     return {"raw": raw, "flavour": flavour, "version": parsed["version"] if parsed else None}
 
 
+def parse_modinfo_version(text):
+    """The ``version:`` line of ``modinfo mlx5_core`` (or a bare version string); None when absent."""
+    for ln in (text or "").splitlines():
+        m = re.match(r"^\s*version:\s*(\S+)", ln)
+        if m:
+            return m.group(1)
+    t = (text or "").strip()
+    return t if t and "\n" not in t and ":" not in t.rstrip(":") else None
+
+
+def classify_driver_version(text, kernel_release=None):
+    """Flavour and version from what a host prints about its mlx5 driver.
+
+    Accepts ``ofed_info -s`` output (``MLNX_OFED_LINUX-5.8-1.1.2.1:``, ``OFED-internal-24.10-1.1.4.0.200:``), ``modinfo
+    mlx5_core`` output or its ``version:`` value, or a bare version. Returns {flavour, version, version_scheme, raw}:
+    ``mlnx_ofed`` for MLNX_OFED_LINUX-* and any legacy version of year < 25 (4.x, 5.x, 23.x, 24.x without a DOCA
+    marker), ``doca_ofed`` for OFED-internal-* / DOCA and 25.x+ / YYMM versions, ``inbox`` for the in-kernel
+    MODULE_VERSION (``5.0-0``: its version is the kernel release when known), ``unknown`` otherwise (never dropped: the
+    raw text is kept).
+    """
+    if not text or not str(text).strip():
+        return {"flavour": "unknown", "version": None, "version_scheme": None, "raw": None}
+    raw_text = str(text)
+    ofed = None
+    for ln in raw_text.splitlines():
+        ls = ln.strip()
+        if ls.startswith(("MLNX_OFED_LINUX-", "OFED-internal-", "OFED-", "DOCA")) or ls.upper().startswith("DOCA"):
+            ofed = parse_ofed_info(ls)
+            break
+    if ofed:
+        parsed = parse_driver_version(ofed["raw"])
+        flavour = ofed["flavour"]
+        if flavour is None and parsed:
+            flavour = "doca_ofed" if parsed["scheme"] == "yymm" or parsed["year"] >= 25 else "mlnx_ofed"
+        return {"flavour": flavour or "unknown", "version": parsed["version"] if parsed else None,
+                "version_scheme": parsed["scheme"] if parsed else None, "raw": ofed["raw"]}
+    value = parse_modinfo_version(raw_text)
+    if value and INBOX_MODULE_RE.match(value):
+        return {"flavour": "inbox", "version": kernel_release or value,
+                "version_scheme": "kernel" if kernel_release else "module", "raw": value}
+    parsed = parse_driver_version(value) if value else None
+    if parsed:
+        flavour = "doca_ofed" if parsed["scheme"] == "yymm" or parsed["year"] >= 25 else "mlnx_ofed"
+        return {"flavour": flavour, "version": parsed["version"], "version_scheme": parsed["scheme"], "raw": value}
+    return {"flavour": "unknown", "version": value, "version_scheme": None, "raw": value}
+
+
 def driver_facts(sysfs_root, ofed_info_text=None, kernel_release=None):
     """The ``driver`` part of ``rdma_nics``.
 
@@ -114,9 +164,14 @@ def driver_facts(sysfs_root, ofed_info_text=None, kernel_release=None):
     has_module = os.path.isdir(mod_dir) or os.path.isdir(os.path.join(root, "bus", "pci", "drivers", "mlx5_core"))
     out = {"flavour": "absent", "version": None, "version_scheme": None,
            "ofed_info": ofed["raw"] if ofed else None}
-    if module_version is None:
-        if has_module:
-            out.update(flavour="inbox", version=kernel_release, version_scheme="kernel")
+    if module_version is None or INBOX_MODULE_RE.match(module_version.strip()):
+        # no version file, or the in-kernel MODULE_VERSION ("5.0-0"): the inbox driver, unless ofed_info says otherwise
+        if ofed and ofed["flavour"] and ofed["version"] and module_version is not None:
+            parsed = parse_driver_version(ofed["raw"])
+            out.update(flavour=ofed["flavour"], version=parsed["version"], version_scheme=parsed["scheme"])
+        elif has_module or module_version is not None:
+            out.update(flavour="inbox", version=kernel_release or module_version,
+                       version_scheme="kernel" if kernel_release else ("module" if module_version else None))
         return out
     parsed = parse_driver_version(module_version)
     if parsed is None and ofed and ofed["version"]:
