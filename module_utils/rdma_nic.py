@@ -191,7 +191,10 @@ def driver_facts(sysfs_root, ofed_info_text=None, kernel_release=None):
 
 # --------------------------------------------------------------------------- mlxfwmanager / ibstat
 _KV_RE = re.compile(r"^\s*([A-Za-z][A-Za-z0-9 ./]*?):\s*(.*?)\s*$")
-_VER_ROW_RE = re.compile(r"^\s+([A-Za-z0-9_]+(?: \([A-Za-z ]+\))?)\s{2,}(\S+)(?:\s+(\S+))?\s*$")
+# version rows: "FW             28.42.1000     28.43.1014", "FW (Running)   24.35.2000     N/A",
+# "UEFI Virtio blk   22.4.0010      N/A" (names with single spaces)
+_VER_ROW_RE = re.compile(r"^\s+([A-Za-z0-9_]+(?: [A-Za-z0-9_()]+)*)\s{2,}(\S+)(?:\s+(\S+))?\s*$")
+MST_RE = re.compile(r"^(?:/dev/mst/)?(mt\d+_pci\w*?\d+)$")
 
 
 def _na(v):
@@ -201,8 +204,10 @@ def _na(v):
 def parse_mlxfwmanager(text):
     """Parse ``mlxfwmanager --query`` (also ``mlxup --query``).
 
-    Returns a list of {device_type, part_number, description, psid, pci_device_name, pci_address,
-    base_guid, base_mac, fw_current, fw_available, fw_running, status}. ``fw_running`` comes from the
+    Returns a list of {device_type, part_number, description, psid, pci_device_name, pci_address, mst_device,
+    base_guid, base_mac, fw_current, fw_available, fw_running, status}. With the MST service running the
+    ``PCI Device Name`` is an MST device (``/dev/mst/mt4129_pciconf0``): ``mst_device`` is set and ``pci_address`` is
+    None (:func:`parse_mst_status` maps it); Ethernet-mode NICs print no ``Base GUID`` (``base_mac`` only). ``fw_running`` comes from the
     ``FW (Running)`` row that appears while a newly flashed image waits for a reset; then ``fw_current``
     (the ``FW`` row) is the flashed image. A device block without any FW row is skipped.
     """
@@ -212,7 +217,8 @@ def parse_mlxfwmanager(text):
     for ln in (text or "").splitlines():
         if re.match(r"^\s*Device\s+#\d+\s*:", ln):
             cur = {"device_type": None, "part_number": None, "description": None, "psid": None,
-                   "pci_device_name": None, "pci_address": None, "base_guid": None, "base_mac": None,
+                   "pci_device_name": None, "pci_address": None, "mst_device": None, "base_guid": None,
+                   "base_mac": None,
                    "fw_current": None, "fw_available": None, "fw_running": None, "status": None}
             devices.append(cur)
             in_versions = False
@@ -246,13 +252,47 @@ def parse_mlxfwmanager(text):
         elif key == "pci device name":
             cur["pci_device_name"] = _na(val)
             cur["pci_address"] = normalize_pci(val)
-        elif key == "base guid":
+            if cur["pci_address"] is None and val and MST_RE.match(val.strip()):
+                # MST service running: /dev/mst/mt4129_pciconf0 (Linux) or mt4103_pci_cr0 (Windows), not a PCI address
+                cur["mst_device"] = val.strip()
+        elif key == "base guid" or (key in ("port1 guid", "port guid") and cur["base_guid"] is None):
             cur["base_guid"] = _na(val)
         elif key == "base mac":
             cur["base_mac"] = _na(val)
         elif key == "status":
             cur["status"] = _na(val)
     return devices
+
+
+def parse_mst_status(text):
+    """MST device -> PCI address from ``mst status -v`` (table rows ``ConnectX7(rev:0) /dev/mst/mt4129_pciconf0
+    b1:00.0 mlx5_0 ...``) or plain ``mst status`` (``/dev/mst/mt4129_pciconf0 - PCI configuration cycles access.`` and
+    a following ``domain:bus:dev.fn=0000:05:00.0`` line). Keys are the full /dev/mst path and the bare name."""
+    out = {}
+    last = None
+    for ln in (text or "").splitlines():
+        toks = ln.split()
+        mst = next((t for t in toks if t.startswith("/dev/mst/")), None)
+        if mst:
+            last = mst
+            pci = next((normalize_pci(t) for t in toks if normalize_pci(t)), None)
+            if pci:
+                out[mst] = pci
+                out[mst.rsplit("/", 1)[-1]] = pci
+                last = None
+            continue
+        m = re.search(r"domain:bus:dev\.fn=(\S+)", ln)
+        if m and last and normalize_pci(m.group(1)):
+            out[last] = normalize_pci(m.group(1))
+            out[last.rsplit("/", 1)[-1]] = out[last]
+            last = None
+    return out
+
+
+def _mac_of_guid(guid):
+    """RoCE/IB node GUID e09d:7303:0012:6474 -> base MAC e09d73126474 (the GUID is the MAC with 0300 in the middle)."""
+    g = (guid or "").replace(":", "").lower()
+    return g[:6] + g[10:] if len(g) == 16 else None
 
 
 def parse_ibstat(text):
@@ -349,24 +389,39 @@ def read_ib_devices(sysfs_root):
 
 
 # --------------------------------------------------------------------------- build
-def _match_fw(dev, fw_list):
-    """The mlxfwmanager record for a sysfs device: by PCI address, then node GUID, then a unique PSID."""
-    for rec in fw_list:
-        if rec["pci_address"] and rec["pci_address"] == dev["pci_address"]:
-            return rec
+def _match_fw(dev, fw_list, mst_map=None, taken=()):
+    """The mlxfwmanager record for a sysfs device and how it was matched, or (None, None).
+
+    Order: PCI address (also through ``mst status`` for /dev/mst names), node GUID, base MAC (the node GUID's MAC, or a
+    netdev's MAC), then a PSID only when exactly one device record and one sysfs device carry it. ``taken``: records
+    already attributed (a record never serves two devices).
+    """
+    mst_map = mst_map or {}
+    cands = [r for r in fw_list if id(r) not in taken]
+    for rec in cands:
+        pci = rec["pci_address"] or mst_map.get(rec.get("mst_device") or "") \
+            or mst_map.get((rec.get("mst_device") or "").rsplit("/", 1)[-1])
+        if pci and pci == dev["pci_address"]:
+            return rec, "pci" if rec["pci_address"] else "mst"
     guid = (dev.get("node_guid") or "").replace(":", "").lower()
-    if guid:
-        for rec in fw_list:
+    if guid and guid.strip("0"):
+        for rec in cands:
             if (rec["base_guid"] or "").replace(":", "").lower() == guid:
-                return rec
-    same = [r for r in fw_list if r["psid"] and r["psid"] == dev.get("psid")]
-    if len(same) == 1 and len([1 for r in fw_list if r["psid"] == dev.get("psid")]) == 1:
-        return same[0]
-    return None
+                return rec, "guid"
+    macs = set(m for m in [_mac_of_guid(guid)] + [(m or "").replace(":", "").lower() for m in dev.get("macs", [])] if m)
+    if macs:
+        for rec in cands:
+            if (rec["base_mac"] or "").replace(":", "").lower() in macs:
+                return rec, "mac"
+    psid = dev.get("psid")
+    same = [r for r in fw_list if r["psid"] and r["psid"] == psid]
+    if len(same) == 1 and id(same[0]) not in taken and dev.get("psid_unique", True):
+        return same[0], "psid"
+    return None, None
 
 
 def build_rdma_nics(sysfs_root="/sys", ofed_info_text=None, mlxfwmanager_text=None, kernel_release=None,
-                    fabric_manager_devices=()):
+                    fabric_manager_devices=(), mst_status_text=None):
     """Build the ``rdma_nics`` fact.
 
     Role ``fabric_manager``: a ConnectX-7 on a host that also has ConnectX-8/9 NICs (the HGX B300 NVLink
@@ -375,6 +430,11 @@ def build_rdma_nics(sysfs_root="/sys", ofed_info_text=None, mlxfwmanager_text=No
     """
     devices = read_ib_devices(sysfs_root)
     fw_list = parse_mlxfwmanager(mlxfwmanager_text) if mlxfwmanager_text else []
+    mst_map = parse_mst_status(mst_status_text)
+    psid_count = {}
+    for d in devices:
+        psid_count[d["psid"]] = psid_count.get(d["psid"], 0) + 1
+    taken = set()
     fm_names = set(fabric_manager_devices or ())
     has_data_gen = any(d["model"] in DATA_NIC_MODELS for d in devices)
     out_devices = []
@@ -395,9 +455,12 @@ def build_rdma_nics(sysfs_root="/sys", ofed_info_text=None, mlxfwmanager_text=No
                 reasons.append("port %s state %s, expected ACTIVE" % (p["port"], p["state"]))
             if (p["link_layer"] or "unknown").lower() not in ("infiniband", "ethernet"):
                 reasons.append("port %s link_layer %s, expected InfiniBand or Ethernet" % (p["port"], p["link_layer"]))
-        rec = _match_fw(d, fw_list)
+        probe = dict(d, psid_unique=psid_count.get(d["psid"]) == 1,
+                     macs=[_read(os.path.join(sysfs_root or "/sys", "class", "net", n, "address")) for n in d["netdevs"]])
+        rec, how = _match_fw(probe, fw_list, mst_map, taken)
         fw_pending = fw_available = fw_status = None
         if rec:
+            taken.add(id(rec))
             fw_available = rec["fw_available"]
             fw_status = rec["status"]
             if rec["fw_running"] and rec["fw_current"] and rec["fw_running"] != rec["fw_current"]:
@@ -409,10 +472,25 @@ def build_rdma_nics(sysfs_root="/sys", ofed_info_text=None, mlxfwmanager_text=No
         dev = dict(d)
         dev.pop("node_guid", None)
         dev.update({"role": role, "usable": usable, "unusable_reasons": reasons,
-                    "fw_pending": fw_pending, "fw_available": fw_available, "fw_status": fw_status})
+                    "fw_pending": fw_pending, "fw_available": fw_available, "fw_status": fw_status,
+                    "fw_record_match": how})
         out_devices.append(dev)
+    # a flashed image waiting for a reset that no device could be matched with is a host-level finding, never dropped
+    unattributed = []
+    for rec in fw_list:
+        if id(rec) in taken:
+            continue
+        if rec["fw_running"] and rec["fw_current"] and rec["fw_running"] != rec["fw_current"]:
+            unattributed.append({"device": rec["mst_device"] or rec["pci_device_name"], "pci_address": rec["pci_address"],
+                                 "psid": rec["psid"], "base_guid": rec["base_guid"], "base_mac": rec["base_mac"],
+                                 "fw_running": rec["fw_running"], "fw_pending": rec["fw_current"]})
+    findings = ["mlxfwmanager: flashed image %s (running %s) on %s (PSID %s) pending a reset, not attributable to an "
+                "RDMA device (run mst status -v or give the PCI address)" % (u["fw_pending"], u["fw_running"],
+                                                                           u["device"], u["psid"]) for u in unattributed]
     return {
         "driver": driver_facts(sysfs_root, ofed_info_text, kernel_release),
         "devices": out_devices,
         "usable_devices": sorted(d["name"] for d in out_devices if d["usable"] and d["role"] == "data"),
+        "fw_pending_unattributed": unattributed,
+        "findings": findings,
     }
