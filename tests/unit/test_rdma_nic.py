@@ -122,7 +122,7 @@ def test_build_healthy_b300_excludes_fabric_manager_cx7(tmp_path):
         "ports": [{"port": 1, "state": "ACTIVE", "state_code": 4, "rate_gbps": 400, "rate": "400 Gb/sec (4X NDR)",
                    "link_layer": "InfiniBand"}],
         "role": "data", "usable": True, "unusable_reasons": [], "fw_pending": None, "fw_available": None,
-        "fw_status": None,
+        "fw_status": None, "fw_record_match": None,
     }
     fm = r["devices"][8]
     assert (fm["model"], fm["role"], fm["usable"]) == ("ConnectX-7", "fabric_manager", False)
@@ -180,7 +180,7 @@ def test_pending_firmware_matched_by_guid(tmp_path):
 def test_no_infiniband_class(tmp_path):
     r = rn.build_rdma_nics(str(tmp_path), None, None, "6.8.0")
     assert r == {"driver": {"flavour": "absent", "version": None, "version_scheme": None, "ofed_info": None},
-                 "devices": [], "usable_devices": []}
+                 "devices": [], "usable_devices": [], "fw_pending_unattributed": [], "findings": []}
 
 
 @pytest.mark.parametrize("dev_id,model", [("1021", "ConnectX-7"), ("1023", "ConnectX-8"), ("1025", "ConnectX-9"),

@@ -7,7 +7,7 @@ PLAN = {"duration_s": int, "out_dir": str, "grace_s": int,
         "sampler": {"argv": [...], "header": "timestamp,index,..."},
         "loads": [{"name": "gpu0", "argv": [...], "env": {...}, "loop": false}, ...]}
 
-Writes into out_dir: samples.csv (header line + the sampler's stdout), sampler.err, load-<name>.log, status.json.
+Writes into out_dir: samples.csv (header line, empty for the dmon sampler, + the sampler's stdout), sampler.err, load-<name>.log, status.json.
 Every child runs in its own session under `timeout --kill-after=5 <seconds>` (a bound even if this runner dies).
 At the deadline each session gets SIGTERM, then SIGKILL after grace_s; afterwards /proc is scanned for any process
 still in one of those sessions (leftovers), which are killed and listed in status.json.

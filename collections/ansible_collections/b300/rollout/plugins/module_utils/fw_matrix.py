@@ -40,7 +40,7 @@ POLICY_DEFAULTS = {"unknown": "fail", "pending_reset": "fail", "ignore_roles": [
 POLICY_CHOICES = ("warn", "fail")
 
 _FW_RE = re.compile(r"^\s*(\d+)\.(\d+)\.(\d+)\b")
-_LEGACY_RE = re.compile(r"^(\d{2})\.(\d{2})-(\d+(?:\.\d+)*)$")
+_LEGACY_RE = re.compile(r"^(\d{1,2})\.(\d{1,2})-(\d+(?:\.\d+)*)$")  # 25.10-1.2.2, 24.10-1.1.4.0.200, 5.8-1.1.2.1
 _NEW_RE = re.compile(r"^(\d{2})(\d{2})\.(\d+)\.(\d+)$")
 _YYMM_RE = re.compile(r"^(\d{2})\.(\d{2})$")
 _KERNEL_RE = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?(?:[-+].*)?$")
@@ -400,9 +400,25 @@ def check_host(rdma_nics, rows, policy=None):
     status = "fail" if failing else ("warn" if warning else "ok")
     if not verdicts:
         status = "fail"
+    # flashed images pending a reset that rdma_nics could not attribute to a device (e.g. 8 NICs of one PSID listed
+    # by /dev/mst name without mst status): a host-level pending_reset finding under the pending_reset policy
+    pol = normalise_policy(policy)
+    host_findings = []
+    for u in rdma_nics.get("fw_pending_unattributed") or []:
+        host_findings.append({
+            "verdict": "pending_reset", "severity": pol["pending_reset"], "device": u.get("device"),
+            "psid": u.get("psid"), "fw_running": u.get("fw_running"), "fw_pending": u.get("fw_pending"),
+            "reason": "flashed image %s (running %s) on %s, PSID %s, waits for a reset and matches no RDMA device"
+                      % (u.get("fw_pending"), u.get("fw_running"), u.get("device"), u.get("psid")),
+            "remediation": "find the device (mst status -v), then mlxfwreset -d %s reset (or reboot the host)"
+                           % (u.get("device") or "<device>")})
+    if any(f["severity"] == "fail" for f in host_findings):
+        status = "fail"
+    elif host_findings and status == "ok":
+        status = "warn"
     return {"status": status, "driver": driver, "verdicts": verdicts, "counts": counts,
             "failing": [v["device"] for v in failing], "warnings": [v["device"] for v in warning],
-            "no_devices": not verdicts}
+            "no_devices": not verdicts, "host_findings": host_findings}
 
 
 def device_message(host, v):
@@ -417,6 +433,8 @@ def device_message(host, v):
 
 def host_messages(host, result):
     msgs = [device_message(host, v) for v in result["verdicts"] if v["severity"] != "ok"]
+    msgs += ["%s: host: %s: %s. Fix: %s" % (host, f["verdict"].upper(), f["reason"], f["remediation"])
+             for f in result.get("host_findings") or []]
     if result.get("no_devices"):
         msgs.append("%s: no RDMA devices found (driver %s %s): cannot verify NIC firmware"
                     % (host, (result.get("driver") or {}).get("flavour"), (result.get("driver") or {}).get("version")))

@@ -12,6 +12,11 @@ Formats (checked against real 2.19.6 captures from 1xH200 and 2xH200 and the 2.1
   ``# Out of bounds values : 0 OK|FAILED``, ``# Avg bus bandwidth    : X [OK|FAILED]`` and
   ``# Collective test concluded: all_reduce_perf``. ``NCCL INFO`` lines interleave with everything.
   Failures print ``HOST: Test NCCL failure FILE:LINE '...'`` / ``Test CUDA failure`` / ``Test timeout``.
+* launcher prefixes: ``[1,0]<stdout>:`` (mpirun --tag-output) and ``0: `` (srun --label) in front of every line, and
+  the same tags glued inside a row when ranks' writes interleave: stripped (``tagged_lines`` counts them).
+* older layouts: rows without the ``root`` column (``size count type redop time algbw busbw #wrong|error ...``) and
+  without ``redop``; where the header says ``error`` (max relative error, a float) instead of ``#wrong``, the cell is
+  kept as ``error`` and ``wrong`` is None (correctness then rests on ``# Out of bounds values``).
 * JSON (``-J file.json``): ``results[]`` with ``size``, ``count``, ``type``, ``redop``, ``root``,
   ``out_of_place{time,alg_bw,bus_bw,nwrong}``, ``in_place{...}``; ``out_of_bounds{count,okay}``,
   ``average_bus_bandwidth{bandwidth,okay}``, ``errors[]``. nccl-tests writes it incrementally, so a hung
@@ -60,6 +65,51 @@ INFO_RE = re.compile(r"\bNCCL (?:INFO|WARN|TRACE)\b")
 NOT_FOUND_RE = re.compile(r"(No such file or directory|command not found|failed to run command)", re.I)
 
 
+# Launcher prefixes: mpirun --tag-output `[1,0]<stdout>:`, srun --label `0: `, and the same tags glued inside a row
+# when two ranks' writes interleave (`... sum      -1[1,0]<stdout>:   1626.5 ...`, `-1[0]   1626.5`).
+TAG_LEAD_RE = re.compile(r"^\s*(?:\[\d+(?:,\d+)*\](?:<std(?:out|err)>)?:?|\d+:(?=\s))\s?")
+TAG_ANY_RE = re.compile(r"\[\d+(?:,\d+)*\](?:<std(?:out|err)>)?:?")
+_INT_RE = re.compile(r"^\d+$")
+_TYPE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+_CELL_RE = re.compile(r"^(?:-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|N/A|nan|-?inf)$", re.I)
+
+
+def strip_launcher_tag(line):
+    """Drop a leading mpirun/srun rank tag; returns (line, tagged)."""
+    m = TAG_LEAD_RE.match(line)
+    if not m:
+        return line, False
+    return line[m.end():], True
+
+
+def parse_row(line):
+    """One result row in any nccl-tests layout, or None.
+
+    Layouts (columns after size/count/type): ``redop root`` + 8 cells (2.x with root), ``redop`` + 8 (older, no root),
+    8 (oldest, no redop; also all_gather-style tests of old versions). A rank tag glued into the row is removed first.
+    The 4th cell of each half is ``#wrong`` (a count) in current versions, ``error`` (max relative error, a float)
+    in old ones: both are returned as ``wrong`` as printed; ``error_column`` is for the caller to tell them apart.
+    """
+    toks = TAG_ANY_RE.sub(" ", line).split()
+    for i in range(0, max(0, len(toks) - 10)):
+        if not (_INT_RE.match(toks[i]) and _INT_RE.match(toks[i + 1]) and _TYPE_RE.match(toks[i + 2])):
+            continue
+        j = i + 3
+        redop = None
+        if j < len(toks) and _TYPE_RE.match(toks[j]) and toks[j].lower() not in ("nan", "inf"):
+            redop = toks[j]
+            j += 1
+        rest = toks[j:]
+        root = None
+        if len(rest) == 9 and re.match(r"^-?\d+$", rest[0]):
+            root, rest = int(rest[0]), rest[1:]
+        if len(rest) != 8 or not all(_CELL_RE.match(c) for c in rest):
+            continue
+        return {"size": int(toks[i]), "count": int(toks[i + 1]), "type": toks[i + 2], "redop": redop, "root": root,
+                "out_of_place": _half(*rest[0:4]), "in_place": _half(*rest[4:8])}
+    return None
+
+
 def _num(token):
     """Float from a table cell; None for N/A or garbage."""
     try:
@@ -80,9 +130,12 @@ def parse_text(text):
         "warmup_iters": None, "iters": None, "validation": None, "reduced_max_bytes": None,
         "ranks": [], "rows": [], "out_of_bounds": None, "avg_busbw": None, "avg_bw_check": None,
         "concluded": False, "failures": [], "timeout_reported": False, "info_lines": 0, "started": False,
+        "tagged_lines": 0, "wrong_column": None, "root_column": None,
     }
     for raw in (text or "").splitlines():
-        line = raw.rstrip()
+        line, tagged = strip_launcher_tag(raw.rstrip())
+        if tagged:
+            out["tagged_lines"] += 1
         if not line.strip():
             continue
         if INFO_RE.search(line):
@@ -133,14 +186,20 @@ def parse_text(text):
             m = REDUCED_RE.match(stripped)
             if m:
                 out["reduced_max_bytes"] = int(m.group(1))
+                continue
+            toks = stripped.lstrip("#").split()
+            if toks[:1] == ["size"]:
+                out["wrong_column"] = "#wrong" if "#wrong" in toks else ("error" if "error" in toks else None)
+                out["root_column"] = "root" in toks
             continue
-        m = ROW_RE.search(line)
-        if m:
-            g = m.groups()
-            out["rows"].append({
-                "size": int(g[0]), "count": int(g[1]), "type": g[2], "redop": g[3], "root": int(g[4]),
-                "out_of_place": _half(*g[5:9]), "in_place": _half(*g[9:13]),
-            })
+        row = parse_row(line)
+        if row:
+            if out["wrong_column"] == "error":
+                # old nccl-tests: the 4th cell is the max error (e.g. 5e-07), not a count of wrong elements
+                for key in ("out_of_place", "in_place"):
+                    row[key]["error"] = row[key]["wrong"]
+                    row[key]["wrong"] = None
+            out["rows"].append(row)
             continue
         f = FAILURE_RE.search(line)
         if f:

@@ -27,7 +27,10 @@ PCI_MODELS = {
 CA_TYPE_MODELS = {"MT4129": "ConnectX-7", "MT4131": "ConnectX-8", "MT4133": "ConnectX-9", "MT41692": "BlueField-3"}
 DATA_NIC_MODELS = ("ConnectX-8", "ConnectX-9")
 
-LEGACY_RE = re.compile(r"(?<![\d.])(\d{1,2})\.(\d{2})-(\d+)\.(\d+)\.(\d+)(?:\.(\d+))?(?![\d])")
+# 25.10-1.2.2, 24.10-1.1.4.0.200 (kept whole), MLNX_OFED 5.8-1.1.2.1 / 4.9-6.0.6.0 (one-digit minor)
+LEGACY_RE = re.compile(r"(?<![\d.])(\d{1,2})\.(\d{1,2})-(\d+(?:\.\d+){1,6})(?![\d.])")
+# the in-kernel (inbox) mlx5_core's MODULE_VERSION, e.g. modinfo "version: 5.0-0" (removed from newer kernels)
+INBOX_MODULE_RE = re.compile(r"^\d+\.\d+-\d+$")
 YYMM_RE = re.compile(r"(?<![\d.])(\d{2})(\d{2})\.(\d+)\.(\d+)(?:\.(\d+))?(?![\d])")
 
 
@@ -70,8 +73,8 @@ def parse_driver_version(text):
         return None
     m = LEGACY_RE.search(text)
     if m:
-        nums = [int(x) for x in m.groups() if x is not None]
-        ver = "%s.%s-%s" % (m.group(1), m.group(2), ".".join(x for x in m.groups()[2:] if x is not None))
+        nums = [int(m.group(1)), int(m.group(2))] + [int(x) for x in m.group(3).split(".")]
+        ver = "%s.%s-%s" % (m.group(1), m.group(2), m.group(3))
         return {"version": ver, "scheme": "legacy", "year": nums[0], "month": nums[1], "key": tuple(nums)}
     m = YYMM_RE.search(text)
     if m and 1 <= int(m.group(2)) <= 12:
@@ -98,6 +101,53 @@ def parse_ofed_info(text):
     return {"raw": raw, "flavour": flavour, "version": parsed["version"] if parsed else None}
 
 
+def parse_modinfo_version(text):
+    """The ``version:`` line of ``modinfo mlx5_core`` (or a bare version string); None when absent."""
+    for ln in (text or "").splitlines():
+        m = re.match(r"^\s*version:\s*(\S+)", ln)
+        if m:
+            return m.group(1)
+    t = (text or "").strip()
+    return t if t and "\n" not in t and ":" not in t.rstrip(":") else None
+
+
+def classify_driver_version(text, kernel_release=None):
+    """Flavour and version from what a host prints about its mlx5 driver.
+
+    Accepts ``ofed_info -s`` output (``MLNX_OFED_LINUX-5.8-1.1.2.1:``, ``OFED-internal-24.10-1.1.4.0.200:``), ``modinfo
+    mlx5_core`` output or its ``version:`` value, or a bare version. Returns {flavour, version, version_scheme, raw}:
+    ``mlnx_ofed`` for MLNX_OFED_LINUX-* and any legacy version of year < 25 (4.x, 5.x, 23.x, 24.x without a DOCA
+    marker), ``doca_ofed`` for OFED-internal-* / DOCA and 25.x+ / YYMM versions, ``inbox`` for the in-kernel
+    MODULE_VERSION (``5.0-0``: its version is the kernel release when known), ``unknown`` otherwise (never dropped: the
+    raw text is kept).
+    """
+    if not text or not str(text).strip():
+        return {"flavour": "unknown", "version": None, "version_scheme": None, "raw": None}
+    raw_text = str(text)
+    ofed = None
+    for ln in raw_text.splitlines():
+        ls = ln.strip()
+        if ls.startswith(("MLNX_OFED_LINUX-", "OFED-internal-", "OFED-", "DOCA")) or ls.upper().startswith("DOCA"):
+            ofed = parse_ofed_info(ls)
+            break
+    if ofed:
+        parsed = parse_driver_version(ofed["raw"])
+        flavour = ofed["flavour"]
+        if flavour is None and parsed:
+            flavour = "doca_ofed" if parsed["scheme"] == "yymm" or parsed["year"] >= 25 else "mlnx_ofed"
+        return {"flavour": flavour or "unknown", "version": parsed["version"] if parsed else None,
+                "version_scheme": parsed["scheme"] if parsed else None, "raw": ofed["raw"]}
+    value = parse_modinfo_version(raw_text)
+    if value and INBOX_MODULE_RE.match(value):
+        return {"flavour": "inbox", "version": kernel_release or value,
+                "version_scheme": "kernel" if kernel_release else "module", "raw": value}
+    parsed = parse_driver_version(value) if value else None
+    if parsed:
+        flavour = "doca_ofed" if parsed["scheme"] == "yymm" or parsed["year"] >= 25 else "mlnx_ofed"
+        return {"flavour": flavour, "version": parsed["version"], "version_scheme": parsed["scheme"], "raw": value}
+    return {"flavour": "unknown", "version": value, "version_scheme": None, "raw": value}
+
+
 def driver_facts(sysfs_root, ofed_info_text=None, kernel_release=None):
     """The ``driver`` part of ``rdma_nics``.
 
@@ -114,9 +164,14 @@ def driver_facts(sysfs_root, ofed_info_text=None, kernel_release=None):
     has_module = os.path.isdir(mod_dir) or os.path.isdir(os.path.join(root, "bus", "pci", "drivers", "mlx5_core"))
     out = {"flavour": "absent", "version": None, "version_scheme": None,
            "ofed_info": ofed["raw"] if ofed else None}
-    if module_version is None:
-        if has_module:
-            out.update(flavour="inbox", version=kernel_release, version_scheme="kernel")
+    if module_version is None or INBOX_MODULE_RE.match(module_version.strip()):
+        # no version file, or the in-kernel MODULE_VERSION ("5.0-0"): the inbox driver, unless ofed_info says otherwise
+        if ofed and ofed["flavour"] and ofed["version"] and module_version is not None:
+            parsed = parse_driver_version(ofed["raw"])
+            out.update(flavour=ofed["flavour"], version=parsed["version"], version_scheme=parsed["scheme"])
+        elif has_module or module_version is not None:
+            out.update(flavour="inbox", version=kernel_release or module_version,
+                       version_scheme="kernel" if kernel_release else ("module" if module_version else None))
         return out
     parsed = parse_driver_version(module_version)
     if parsed is None and ofed and ofed["version"]:
@@ -136,7 +191,10 @@ def driver_facts(sysfs_root, ofed_info_text=None, kernel_release=None):
 
 # --------------------------------------------------------------------------- mlxfwmanager / ibstat
 _KV_RE = re.compile(r"^\s*([A-Za-z][A-Za-z0-9 ./]*?):\s*(.*?)\s*$")
-_VER_ROW_RE = re.compile(r"^\s+([A-Za-z0-9_]+(?: \([A-Za-z ]+\))?)\s{2,}(\S+)(?:\s+(\S+))?\s*$")
+# version rows: "FW             28.42.1000     28.43.1014", "FW (Running)   24.35.2000     N/A",
+# "UEFI Virtio blk   22.4.0010      N/A" (names with single spaces)
+_VER_ROW_RE = re.compile(r"^\s+([A-Za-z0-9_]+(?: [A-Za-z0-9_()]+)*)\s{2,}(\S+)(?:\s+(\S+))?\s*$")
+MST_RE = re.compile(r"^(?:/dev/mst/)?(mt\d+_pci\w*?\d+)$")
 
 
 def _na(v):
@@ -146,8 +204,10 @@ def _na(v):
 def parse_mlxfwmanager(text):
     """Parse ``mlxfwmanager --query`` (also ``mlxup --query``).
 
-    Returns a list of {device_type, part_number, description, psid, pci_device_name, pci_address,
-    base_guid, base_mac, fw_current, fw_available, fw_running, status}. ``fw_running`` comes from the
+    Returns a list of {device_type, part_number, description, psid, pci_device_name, pci_address, mst_device,
+    base_guid, base_mac, fw_current, fw_available, fw_running, status}. With the MST service running the
+    ``PCI Device Name`` is an MST device (``/dev/mst/mt4129_pciconf0``): ``mst_device`` is set and ``pci_address`` is
+    None (:func:`parse_mst_status` maps it); Ethernet-mode NICs print no ``Base GUID`` (``base_mac`` only). ``fw_running`` comes from the
     ``FW (Running)`` row that appears while a newly flashed image waits for a reset; then ``fw_current``
     (the ``FW`` row) is the flashed image. A device block without any FW row is skipped.
     """
@@ -157,7 +217,8 @@ def parse_mlxfwmanager(text):
     for ln in (text or "").splitlines():
         if re.match(r"^\s*Device\s+#\d+\s*:", ln):
             cur = {"device_type": None, "part_number": None, "description": None, "psid": None,
-                   "pci_device_name": None, "pci_address": None, "base_guid": None, "base_mac": None,
+                   "pci_device_name": None, "pci_address": None, "mst_device": None, "base_guid": None,
+                   "base_mac": None,
                    "fw_current": None, "fw_available": None, "fw_running": None, "status": None}
             devices.append(cur)
             in_versions = False
@@ -191,13 +252,47 @@ def parse_mlxfwmanager(text):
         elif key == "pci device name":
             cur["pci_device_name"] = _na(val)
             cur["pci_address"] = normalize_pci(val)
-        elif key == "base guid":
+            if cur["pci_address"] is None and val and MST_RE.match(val.strip()):
+                # MST service running: /dev/mst/mt4129_pciconf0 (Linux) or mt4103_pci_cr0 (Windows), not a PCI address
+                cur["mst_device"] = val.strip()
+        elif key == "base guid" or (key in ("port1 guid", "port guid") and cur["base_guid"] is None):
             cur["base_guid"] = _na(val)
         elif key == "base mac":
             cur["base_mac"] = _na(val)
         elif key == "status":
             cur["status"] = _na(val)
     return devices
+
+
+def parse_mst_status(text):
+    """MST device -> PCI address from ``mst status -v`` (table rows ``ConnectX7(rev:0) /dev/mst/mt4129_pciconf0
+    b1:00.0 mlx5_0 ...``) or plain ``mst status`` (``/dev/mst/mt4129_pciconf0 - PCI configuration cycles access.`` and
+    a following ``domain:bus:dev.fn=0000:05:00.0`` line). Keys are the full /dev/mst path and the bare name."""
+    out = {}
+    last = None
+    for ln in (text or "").splitlines():
+        toks = ln.split()
+        mst = next((t for t in toks if t.startswith("/dev/mst/")), None)
+        if mst:
+            last = mst
+            pci = next((normalize_pci(t) for t in toks if normalize_pci(t)), None)
+            if pci:
+                out[mst] = pci
+                out[mst.rsplit("/", 1)[-1]] = pci
+                last = None
+            continue
+        m = re.search(r"domain:bus:dev\.fn=(\S+)", ln)
+        if m and last and normalize_pci(m.group(1)):
+            out[last] = normalize_pci(m.group(1))
+            out[last.rsplit("/", 1)[-1]] = out[last]
+            last = None
+    return out
+
+
+def _mac_of_guid(guid):
+    """RoCE/IB node GUID e09d:7303:0012:6474 -> base MAC e09d73126474 (the GUID is the MAC with 0300 in the middle)."""
+    g = (guid or "").replace(":", "").lower()
+    return g[:6] + g[10:] if len(g) == 16 else None
 
 
 def parse_ibstat(text):
@@ -294,24 +389,39 @@ def read_ib_devices(sysfs_root):
 
 
 # --------------------------------------------------------------------------- build
-def _match_fw(dev, fw_list):
-    """The mlxfwmanager record for a sysfs device: by PCI address, then node GUID, then a unique PSID."""
-    for rec in fw_list:
-        if rec["pci_address"] and rec["pci_address"] == dev["pci_address"]:
-            return rec
+def _match_fw(dev, fw_list, mst_map=None, taken=()):
+    """The mlxfwmanager record for a sysfs device and how it was matched, or (None, None).
+
+    Order: PCI address (also through ``mst status`` for /dev/mst names), node GUID, base MAC (the node GUID's MAC, or a
+    netdev's MAC), then a PSID only when exactly one device record and one sysfs device carry it. ``taken``: records
+    already attributed (a record never serves two devices).
+    """
+    mst_map = mst_map or {}
+    cands = [r for r in fw_list if id(r) not in taken]
+    for rec in cands:
+        pci = rec["pci_address"] or mst_map.get(rec.get("mst_device") or "") \
+            or mst_map.get((rec.get("mst_device") or "").rsplit("/", 1)[-1])
+        if pci and pci == dev["pci_address"]:
+            return rec, "pci" if rec["pci_address"] else "mst"
     guid = (dev.get("node_guid") or "").replace(":", "").lower()
-    if guid:
-        for rec in fw_list:
+    if guid and guid.strip("0"):
+        for rec in cands:
             if (rec["base_guid"] or "").replace(":", "").lower() == guid:
-                return rec
-    same = [r for r in fw_list if r["psid"] and r["psid"] == dev.get("psid")]
-    if len(same) == 1 and len([1 for r in fw_list if r["psid"] == dev.get("psid")]) == 1:
-        return same[0]
-    return None
+                return rec, "guid"
+    macs = set(m for m in [_mac_of_guid(guid)] + [(m or "").replace(":", "").lower() for m in dev.get("macs", [])] if m)
+    if macs:
+        for rec in cands:
+            if (rec["base_mac"] or "").replace(":", "").lower() in macs:
+                return rec, "mac"
+    psid = dev.get("psid")
+    same = [r for r in fw_list if r["psid"] and r["psid"] == psid]
+    if len(same) == 1 and id(same[0]) not in taken and dev.get("psid_unique", True):
+        return same[0], "psid"
+    return None, None
 
 
 def build_rdma_nics(sysfs_root="/sys", ofed_info_text=None, mlxfwmanager_text=None, kernel_release=None,
-                    fabric_manager_devices=()):
+                    fabric_manager_devices=(), mst_status_text=None):
     """Build the ``rdma_nics`` fact.
 
     Role ``fabric_manager``: a ConnectX-7 on a host that also has ConnectX-8/9 NICs (the HGX B300 NVLink
@@ -320,6 +430,11 @@ def build_rdma_nics(sysfs_root="/sys", ofed_info_text=None, mlxfwmanager_text=No
     """
     devices = read_ib_devices(sysfs_root)
     fw_list = parse_mlxfwmanager(mlxfwmanager_text) if mlxfwmanager_text else []
+    mst_map = parse_mst_status(mst_status_text)
+    psid_count = {}
+    for d in devices:
+        psid_count[d["psid"]] = psid_count.get(d["psid"], 0) + 1
+    taken = set()
     fm_names = set(fabric_manager_devices or ())
     has_data_gen = any(d["model"] in DATA_NIC_MODELS for d in devices)
     out_devices = []
@@ -340,9 +455,12 @@ def build_rdma_nics(sysfs_root="/sys", ofed_info_text=None, mlxfwmanager_text=No
                 reasons.append("port %s state %s, expected ACTIVE" % (p["port"], p["state"]))
             if (p["link_layer"] or "unknown").lower() not in ("infiniband", "ethernet"):
                 reasons.append("port %s link_layer %s, expected InfiniBand or Ethernet" % (p["port"], p["link_layer"]))
-        rec = _match_fw(d, fw_list)
+        probe = dict(d, psid_unique=psid_count.get(d["psid"]) == 1,
+                     macs=[_read(os.path.join(sysfs_root or "/sys", "class", "net", n, "address")) for n in d["netdevs"]])
+        rec, how = _match_fw(probe, fw_list, mst_map, taken)
         fw_pending = fw_available = fw_status = None
         if rec:
+            taken.add(id(rec))
             fw_available = rec["fw_available"]
             fw_status = rec["status"]
             if rec["fw_running"] and rec["fw_current"] and rec["fw_running"] != rec["fw_current"]:
@@ -354,10 +472,25 @@ def build_rdma_nics(sysfs_root="/sys", ofed_info_text=None, mlxfwmanager_text=No
         dev = dict(d)
         dev.pop("node_guid", None)
         dev.update({"role": role, "usable": usable, "unusable_reasons": reasons,
-                    "fw_pending": fw_pending, "fw_available": fw_available, "fw_status": fw_status})
+                    "fw_pending": fw_pending, "fw_available": fw_available, "fw_status": fw_status,
+                    "fw_record_match": how})
         out_devices.append(dev)
+    # a flashed image waiting for a reset that no device could be matched with is a host-level finding, never dropped
+    unattributed = []
+    for rec in fw_list:
+        if id(rec) in taken:
+            continue
+        if rec["fw_running"] and rec["fw_current"] and rec["fw_running"] != rec["fw_current"]:
+            unattributed.append({"device": rec["mst_device"] or rec["pci_device_name"], "pci_address": rec["pci_address"],
+                                 "psid": rec["psid"], "base_guid": rec["base_guid"], "base_mac": rec["base_mac"],
+                                 "fw_running": rec["fw_running"], "fw_pending": rec["fw_current"]})
+    findings = ["mlxfwmanager: flashed image %s (running %s) on %s (PSID %s) pending a reset, not attributable to an "
+                "RDMA device (run mst status -v or give the PCI address)" % (u["fw_pending"], u["fw_running"],
+                                                                           u["device"], u["psid"]) for u in unattributed]
     return {
         "driver": driver_facts(sysfs_root, ofed_info_text, kernel_release),
         "devices": out_devices,
         "usable_devices": sorted(d["name"] for d in out_devices if d["usable"] and d["role"] == "data"),
+        "fw_pending_unattributed": unattributed,
+        "findings": findings,
     }

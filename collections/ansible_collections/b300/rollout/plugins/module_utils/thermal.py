@@ -1,5 +1,5 @@
 # -*- coding: utf-8 -*-
-"""Thermal soak / burn-in: parse `nvidia-smi --query-gpu ... -lms N` samples and judge them.
+"""Thermal soak / burn-in: parse `nvidia-smi --query-gpu ... -lms N` or `nvidia-smi dmon` samples and judge them.
 
 Plain stdlib functions (no Ansible, no third-party imports): the modules `thermal_soak_probe` and
 `thermal_soak_report` and the controller tool `tools/plot_thermal.py` all use them.
@@ -61,6 +61,8 @@ DEFAULTS = {
     "baseline_s": 60.0,
     "sample_ms": 2000,
 }
+
+DMON_DEFAULT_GROUPS = "puc"  # nvidia-smi dmon -s groups of the dmon sampler
 
 VERDICT_RANK = {"ok": 0, "throttled": 1, "hot": 2, "error": 3}
 
@@ -248,7 +250,12 @@ def analyse_gpu(samples, t0, params=None):
     gaps = [b - a for a, b in zip(times, times[1:])]
     typical = _median(gaps) or interval
     dts = [min(g, 3 * typical) for g in gaps] + [typical]
-    loaded = [s["util_pct"] is not None and s["util_pct"] >= p["loaded_util_pct"] for s in ss]
+    # dmon sampled without -s u has no utilisation: then every sample counts as loaded (the soak keeps the load on)
+    # (only when the sampler had no utilisation column at all: a query CSV or dmon -s u with empty values stays "never loaded")
+    util_known = not ss or not all(s.get("util_column") is False for s in ss)
+    res["util_sampled"] = util_known
+    loaded = [(s["util_pct"] is not None and s["util_pct"] >= p["loaded_util_pct"]) if util_known else True
+              for s in ss]
     ls = [s for s, ld in zip(ss, loaded) if ld]
     res["loaded_samples"] = len(ls)
     temps = [s["temp_c"] for s in ss if s["temp_c"] is not None]
@@ -292,7 +299,8 @@ def analyse_gpu(samples, t0, params=None):
         if base and tail_sm is not None:
             res["sm_tail_ratio"] = round(tail_sm / base, 3)
             limit = base * (1.0 - float(p["clock_drop_max_pct"]) / 100.0)
-            if span > 0 and tail_sm < limit and tail_util is not None and tail_util >= p["loaded_util_pct"]:
+            if span > 0 and tail_sm < limit and (not util_known or (tail_util is not None
+                                                                    and tail_util >= p["loaded_util_pct"])):
                 clock_dropped = True
             drop_flag = [ld and (s["t"] - t0) > base_end and s["sm_mhz"] is not None and s["sm_mhz"] < limit
                          for s, ld in zip(ss, loaded)]
@@ -414,8 +422,18 @@ def sampler_argv(nvidia_smi, fields, sample_ms):
     return [nvidia_smi, "--query-gpu=" + ",".join(fields), "--format=csv,noheader,nounits", "-lms", str(int(sample_ms))]
 
 
+def sampler_spec(sampler, nvidia_smi, fields, sample_ms, dmon_groups=DMON_DEFAULT_GROUPS):
+    """The runner's sampler entry: query CSV (header line = the fields) or dmon (no header line: dmon prints its own)."""
+    if sampler == "dmon":
+        return {"kind": "dmon", "argv": dmon_argv(nvidia_smi, sample_ms, dmon_groups), "header": ""}
+    if sampler != "query":
+        raise ValueError("unknown sampler %r (expected query or dmon)" % (sampler,))
+    return {"kind": "query", "argv": sampler_argv(nvidia_smi, fields, sample_ms), "header": ",".join(fields)}
+
+
 def build_plan(kind, duration_s, sample_ms, nvidia_smi, fields, gpu_indices, out_dir, loader_path,
-               burner_script=None, burn_size=8192, nccl_args=None, burn_args=None, load_env=None, grace_s=10):
+               burner_script=None, burn_size=8192, nccl_args=None, burn_args=None, load_env=None, grace_s=10,
+               sampler="query", dmon_groups=DMON_DEFAULT_GROUPS):
     """The runner's plan (see roles/thermal_soak/files/thermal_soak_runner.py) for the chosen loader.
 
     torch: one burner per GPU (CUDA_VISIBLE_DEVICES=<i>), running slightly past the deadline so it is still loaded
@@ -443,7 +461,7 @@ def build_plan(kind, duration_s, sample_ms, nvidia_smi, fields, gpu_indices, out
     else:
         raise ValueError("unknown loader kind %r" % kind)
     return {"duration_s": duration_s, "grace_s": int(grace_s), "out_dir": out_dir,
-            "sampler": {"argv": sampler_argv(nvidia_smi, fields, sample_ms), "header": ",".join(fields)},
+            "sampler": sampler_spec(sampler, nvidia_smi, fields, sample_ms, dmon_groups),
             "loads": loads, "loader": kind}
 
 
@@ -467,4 +485,152 @@ def load_problems(status):
     if status.get("still_running"):
         out.append("processes still running after the soak: %s"
                    % ", ".join("%s %s" % (p["pid"], p["cmdline"][:60]) for p in status["still_running"]))
+    return out
+
+
+# --------------------------------------------------------------------------- nvidia-smi dmon
+# dmon column names (`# gpu pwr gtemp ...` header, any -s selection of p,u,c,v,m,e,t and -o D/T/DT) -> sample keys.
+DMON_COLUMNS = {
+    "gpu": "index",
+    "pwr": "power_w",
+    "gtemp": "temp_c",
+    "mtemp": "mem_temp_c",
+    "sm": "util_pct",
+    "mem": "mem_util_pct",
+    "mclk": "mem_mhz",
+    "pclk": "sm_mhz",
+    "gclk": "sm_mhz",
+    "pviol": "pviol_pct",
+    "tviol": "tviol",
+}
+# dmon's violation columns (-s v) as clock-event reason names, so that analyse_gpu can count them when listed in
+# throttle_reasons: tviol (thermal violation, bool) -> thermal_violation, pviol (% of time power-capped) ->
+# power_violation. Neither is counted by default.
+DMON_REASONS = {"tviol": "thermal_violation", "pviol": "power_violation"}
+
+
+def dmon_argv(nvidia_smi, sample_ms, groups=DMON_DEFAULT_GROUPS):
+    """argv of the dmon sampler: `nvidia-smi dmon -s <groups> -o DT -d <seconds>` (dmon's delay is whole seconds, >= 1).
+
+    groups: -s letters; p (power/temperature) and c (clocks) are what the analysis needs, u (SM utilisation) tells loaded
+    samples apart; without u every sample counts as loaded.
+    """
+    secs = max(1, int(round(int(sample_ms) / 1000.0)))
+    return [nvidia_smi, "dmon", "-s", groups, "-o", "DT", "-d", str(secs)]
+
+
+def _dmon_time(date, clock):
+    """dmon -o D/T/DT stamps ('20261201', '01:59:54'; '2026/01/31' also accepted) -> POSIX seconds or None."""
+    d = (date or "19700101").replace("/", "").replace("-", "")
+    try:
+        dt = datetime.datetime.strptime(d + " " + (clock or "00:00:00"), "%Y%m%d %H:%M:%S")
+    except ValueError:
+        return None
+    return (dt - datetime.datetime(1970, 1, 1)).total_seconds()
+
+
+def is_dmon(text):
+    """True when the text looks like `nvidia-smi dmon` output (a `# gpu ...` / `#Date Time gpu ...` header)."""
+    for ln in (text or "").splitlines()[:50]:
+        s = ln.strip()
+        if s.startswith("#"):
+            toks = s.lstrip("#").replace(",", " ").split()
+            if "gpu" in toks[:3]:
+                return True
+    return False
+
+
+def parse_dmon(text, interval_s=1.0):
+    """Parse `nvidia-smi dmon` text output into the same sample dicts as :func:`parse_samples`.
+
+    Handles: the header (`# gpu pwr gtemp ...`, `#Date Time gpu ...`, `#Time gpu ...`) and units line (`# Idx W C ...`,
+    `#YYYYMMDD HH:MM:SS Idx ...`) repeated every screenful, any -s selection (unknown columns are kept under `extra`),
+    `-` for unavailable values, blank lines, a last line cut short when the sampler was killed (counted as malformed).
+    Time: from the Date/Time columns (-o DT; -o T alone is anchored at 1970-01-01 and wraps over midnight); without
+    them, synthetic: one round of GPUs = interval_s seconds (`t_synthetic` is then True).
+
+    Returns {"samples": [...], "malformed": n, "fields": [columns], "headers": n, "t_synthetic": bool}. Each sample has
+    index, t, temp_c, sm_mhz, mem_mhz, power_w, util_pct, reasons (set of thermal_violation/power_violation when -s v
+    was sampled, else None), mem_temp_c, mem_util_pct, util_column (False when dmon ran without -s u: analyse_gpu then
+    counts every sample as loaded) and extra (other columns, by dmon name).
+    """
+    columns, samples, malformed, headers = None, [], 0, 0
+    synthetic = None
+    round_no, seen_in_round = 0, set()
+    last_t, day_offset = None, 0.0
+    for raw in (text or "").splitlines():
+        line = raw.strip()
+        if not line:
+            continue
+        if line.startswith("#"):
+            toks = line.lstrip("#").replace(",", " ").split()
+            if "gpu" in toks[:3]:
+                columns = [t.lower() for t in toks]
+                headers += 1
+            continue
+        if columns is None:
+            malformed += 1
+            continue
+        vals = line.replace(",", " ").split()
+        if len(vals) != len(columns):
+            malformed += 1
+            continue
+        row = dict(zip(columns, vals))
+        s = {"index": None, "t": None, "temp_c": None, "sm_mhz": None, "mem_mhz": None, "power_w": None,
+             "util_pct": None, "reasons": None, "mem_temp_c": None, "mem_util_pct": None}
+        idx = parse_number(row.get("gpu"))
+        if idx is None:
+            malformed += 1
+            continue
+        s["index"] = int(idx)
+        s["util_column"] = "sm" in row
+        extra = {}
+        for col, val in row.items():
+            key = DMON_COLUMNS.get(col)
+            if col in ("date", "time", "gpu"):
+                continue
+            num = None if val.strip() == "-" else parse_number(val)
+            if key in ("pviol_pct", "tviol"):
+                if num is not None:
+                    if s["reasons"] is None:
+                        s["reasons"] = set()
+                    if num > 0:
+                        s["reasons"].add(DMON_REASONS[col])
+            elif key:
+                s[key] = num
+            else:
+                extra[col] = num
+        if extra:
+            s["extra"] = extra
+        if "time" in row or "date" in row:
+            t = _dmon_time(row.get("date"), row.get("time"))
+            if t is not None and "date" not in row:
+                t += day_offset
+                if last_t is not None and t < last_t - 43200:
+                    day_offset += 86400.0
+                    t += 86400.0
+            s["t"] = t
+            if t is not None:
+                last_t = t
+            synthetic = False if synthetic is None else synthetic
+        else:
+            if s["index"] in seen_in_round:
+                round_no += 1
+                seen_in_round = set()
+            seen_in_round.add(s["index"])
+            s["t"] = round_no * float(interval_s)
+            synthetic = True
+        samples.append(s)
+    return {"samples": samples, "malformed": malformed, "fields": list(columns or []), "headers": headers,
+            "t_synthetic": bool(synthetic)}
+
+
+def parse_any(text, fields=None, interval_s=1.0):
+    """dmon text or query CSV, whichever the text is (samples.csv holds the output of the chosen sampler)."""
+    if is_dmon(text):
+        out = parse_dmon(text, interval_s)
+        out["sampler"] = "dmon"
+        return out
+    out = parse_samples(text, fields)
+    out["sampler"] = "query"
     return out

@@ -67,7 +67,9 @@ ansible_facts:
       description: >-
         driver (flavour, version, version_scheme, ofed_info), devices (name, pci_address, pci_device_id, model,
         fw_ver, psid, node_type, numa_node, netdevs, ports, role, usable, unusable_reasons, fw_pending,
-        fw_available, fw_status) and usable_devices. See docs/CONTRACTS.md.
+        fw_available, fw_status, fw_record_match - pci|mst|guid|mac|psid or null), usable_devices,
+        fw_pending_unattributed (flashed images pending a reset that match no device: device, psid, fw_running,
+        fw_pending) and findings (one line each). See docs/CONTRACTS.md.
       type: dict
       returned: always
 """
@@ -118,7 +120,15 @@ def main():
         elif p["run_mlxfwmanager"]:
             module.fail_json(msg="mlxfwmanager not found on host %s (searched %s and PATH); run_mlxfwmanager=true "
                                  "expects NVIDIA MFT to be installed" % (host, dirs or "no extra dirs"))
+    mst_text = None
+    if mlxfw_text and "/dev/mst/" in mlxfw_text:
+        # MST service running: mlxfwmanager names devices /dev/mst/mt4129_pciconf0; mst status -v maps them to PCI
+        mst = module.get_bin_path("mst", opt_dirs=dirs)
+        if mst:
+            mrc, mout, _merr = module.run_command([mst, "status", "-v"])
+            mst_text = mout if mrc == 0 else None  # without it, pending images stay host-level findings
     facts = build_rdma_nics(sysfs_root=p["sysfs_root"], ofed_info_text=ofed_text, mlxfwmanager_text=mlxfw_text,
+                            mst_status_text=mst_text,
                             kernel_release=os.uname().release, fabric_manager_devices=p["fabric_manager_devices"])
     module.exit_json(changed=False, ansible_facts={"rdma_nics": facts},
                      tools={"ofed_info": ofed_info, "mlxfwmanager_ran": mlxfw_text is not None})

@@ -12,6 +12,8 @@ description:
     C(clocks_throttle_reasons.*) names when the driver rejects C(clocks_event_reasons.*).
   - Picks the loader, a PyTorch bf16 matmul burner when C(torch.cuda.is_available()) is true for one of
     O(python_candidates), else a looped C(all_reduce_perf), else a gpu-burn-like tool.
+  - With O(sampler=dmon) the soak samples with C(nvidia-smi dmon -s <dmon_groups> -o DT -d <seconds>) instead of the
+    query CSV; the probe then also runs C(nvidia-smi dmon -c 1) once to check that dmon prints GPU rows.
   - Returns the plan that C(thermal_soak_runner.py) executes. Reads only; safe in check mode.
 version_added: "0.1.0"
 author: b300-rollout
@@ -51,9 +53,19 @@ options:
     type: int
     required: true
   sample_ms:
-    description: Sampling interval in milliseconds (C(-lms)).
+    description: Sampling interval in milliseconds (C(-lms)); dmon rounds it to whole seconds (at least 1).
     type: int
     default: 2000
+  sampler:
+    description: How the soak samples, C(query) (C(--query-gpu ... -lms), CSV) or C(dmon) (C(nvidia-smi dmon -o DT)).
+    type: str
+    choices: [query, dmon]
+    default: query
+  dmon_groups:
+    description: C(nvidia-smi dmon -s) metric groups when O(sampler=dmon); C(p) and C(c) are needed, C(u) tells loaded
+      samples apart (without it every sample counts as loaded), C(v) adds the thermal/power violation columns.
+    type: str
+    default: puc
   out_dir:
     description: Directory on the host where the runner writes samples and status.
     type: path
@@ -129,8 +141,17 @@ candidates:
   description: What was looked for and found, per loader kind.
   returned: always
   type: dict
+sampler:
+  description: The sampler of the plan, C(query) or C(dmon).
+  returned: success
+  type: str
+dmon_gpu_indices:
+  description: GPU indices seen by the one-shot C(nvidia-smi dmon -c 1) check (only with O(sampler=dmon)).
+  returned: when sampler is dmon
+  type: list
 plan:
-  description: The runner plan (sampler argv + header, loads with argv/env/loop, duration, out_dir); null without loader.
+  description: The runner plan (sampler kind + argv + header, loads with argv/env/loop, duration, out_dir); null
+    without loader.
   returned: always
   type: dict
 """
@@ -140,7 +161,9 @@ import os
 import sys
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.b300.rollout.plugins.module_utils.thermal import build_plan, choose_loader, invalid_field, legacy_fields, parse_samples
+from ansible_collections.b300.rollout.plugins.module_utils.thermal import (build_plan, choose_loader, dmon_argv,
+                                                                          invalid_field, legacy_fields, parse_dmon,
+                                                                          parse_samples)
 
 TORCH_CHECK = "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"
 
@@ -174,6 +197,8 @@ def main():
             nccl_args=dict(type="list", elements="str", default=[]),
             burn_args=dict(type="list", elements="str", default=[]),
             load_env=dict(type="dict", default={}),
+            sampler=dict(type="str", default="query", choices=["query", "dmon"]),
+            dmon_groups=dict(type="str", default="puc"),
         ),
         supports_check_mode=True,
     )
@@ -199,6 +224,19 @@ def main():
     gpu_indices = sorted({s["index"] for s in parsed["samples"]})
     if not gpu_indices:
         module.fail_json(msg="%s --query-gpu printed no GPU rows: expected one line per GPU" % smi, stdout=out)
+
+    dmon_indices = None
+    if p["sampler"] == "dmon":
+        if not p["dmon_groups"] or any(c not in "pucvmet" for c in p["dmon_groups"]):
+            module.fail_json(msg="dmon_groups %r: expected letters of p,u,c,v,m,e,t" % p["dmon_groups"])
+        argv = dmon_argv(smi, p["sample_ms"], p["dmon_groups"])
+        argv = argv[:2] + ["-c", "1"] + argv[2:-2]
+        drc, dout, derr = module.run_command(argv)
+        dparsed = parse_dmon(dout)
+        dmon_indices = sorted({s["index"] for s in dparsed["samples"]})
+        if drc != 0 or not dmon_indices:
+            module.fail_json(msg="%s failed (rc %s) or printed no GPU rows: sampler dmon needs it. %s"
+                             % (" ".join(argv), drc, (derr or dout).strip()[-400:]))
 
     torch_python = None
     tried = []
@@ -227,9 +265,10 @@ def main():
             module.fail_json(msg="loader torch chosen but burner_script is not set")
         plan = build_plan(kind, p["duration_s"], p["sample_ms"], smi, fields, gpu_indices, p["out_dir"],
                           loader_path, burner_script=p["burner_script"], burn_size=p["burn_size"],
-                          nccl_args=p["nccl_args"], burn_args=p["burn_args"], load_env=p["load_env"])
+                          nccl_args=p["nccl_args"], burn_args=p["burn_args"], load_env=p["load_env"],
+                          sampler=p["sampler"], dmon_groups=p["dmon_groups"])
     module.exit_json(changed=False, python=sys.executable, nvidia_smi=smi, fields=fields, legacy_fields=legacy, gpu_indices=gpu_indices,
-                     loader=kind, loader_path=loader_path, loader_problem=problem, candidates=candidates, plan=plan)
+                     loader=kind, loader_path=loader_path, sampler=p["sampler"], dmon_gpu_indices=dmon_indices, loader_problem=problem, candidates=candidates, plan=plan)
 
 
 if __name__ == "__main__":

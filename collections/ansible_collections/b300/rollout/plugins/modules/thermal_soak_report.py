@@ -8,7 +8,8 @@ DOCUMENTATION = r"""
 module: thermal_soak_report
 short_description: Verdicts (ok, hot, throttled, error) from a GPU thermal soak's samples
 description:
-  - Reads C(samples.csv) and C(status.json) written by C(thermal_soak_runner.py) in O(out_dir), checks that no
+  - Reads C(samples.csv) (query CSV or C(nvidia-smi dmon) text, recognised by its C(# gpu ...) header) and
+    C(status.json) written by C(thermal_soak_runner.py) in O(out_dir), checks that no
     process of the soak is still alive (kills and lists any, unless in check mode), and judges each GPU with
     C(module_utils/thermal.py).
   - A host is C(error) when the loader was missing or failed, nothing was sampled, or a GPU never reached load;
@@ -79,14 +80,17 @@ EXAMPLES = r"""
 
 RETURN = r"""
 summary:
-  description: Host summary (verdict, reasons, per-GPU figures, throttled intervals, load throughput).
+  description: Host summary (verdict, reasons, per-GPU figures, throttled intervals, load throughput); C(sampler) says
+    which sampler's output was read (query or dmon); per GPU C(util_sampled) is false when dmon ran without C(-s u)
+    (every sample then counts as loaded).
   returned: always
   type: dict
   sample:
     host: b300a
     verdict: throttled
     reasons: ["GPU 3 throttled: hw_thermal_slowdown active in 60% of loaded samples (limit 10%)"]
-    gpus: {"0": {"verdict": "ok", "temp_max_c": 71.0, "sm_median_mhz": 1965.0}}
+    gpus: {"0": {"verdict": "ok", "temp_max_c": 71.0, "sm_median_mhz": 1965.0, "util_sampled": true}}
+    sampler: query
 leftovers_killed:
   description: Soak processes found alive after the runner finished (killed unless in check mode).
   returned: always
@@ -98,7 +102,7 @@ import os
 import signal
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.b300.rollout.plugins.module_utils.thermal import analyse_host, load_problems, parse_load_log, parse_samples
+from ansible_collections.b300.rollout.plugins.module_utils.thermal import analyse_host, load_problems, parse_any, parse_load_log
 
 
 def _read(path):
@@ -174,13 +178,14 @@ def main():
     if not p["loader_problem"]:
         problems += load_problems(status)
     text = _read(os.path.join(out_dir, "samples.csv")) or ""
-    parsed = parse_samples(text)
+    parsed = parse_any(text, interval_s=max(1.0, round(p["sample_ms"] / 1000.0)))
     params = {k: p[k] for k in ("ceiling_c", "loaded_util_pct", "throttle_reasons", "throttle_max_fraction",
                                 "clock_drop_max_pct", "baseline_s", "sample_ms")}
     summary = analyse_host(parsed["samples"], params, expected_gpus=p["expected_gpus"], load_errors=problems,
                            host=p["host"], duration_s=p["duration_s"])
     summary["malformed_lines"] = parsed["malformed"]
     summary["fields"] = parsed["fields"]
+    summary["sampler"] = parsed["sampler"]
     summary["loader"] = None
     if status:
         summary["loader"] = {"loads": [{k: ld.get(k) for k in ("name", "argv", "runs", "rcs", "failed", "ended_early_s")}
