@@ -106,7 +106,7 @@ cp "$WORK/byhand.json" "$OUT/byhand.json" 2>/dev/null || true
 python3 - "$OUT" "$WORK" "$ROLE_RC" "$HAND_RC" "$NGPU" "$LDP" "$((T1 - T0))" "$((T2 - T1))" "$((T3 - T2))" \
   "$BIN" "${HAND_ARGS[@]}" <<'PY'
 import json, os, sys
-sys.path.insert(0, "module_utils")
+sys.path.insert(0, "collections/ansible_collections/b300/rollout/plugins/module_utils")
 import nccl_results as nr
 out, work, role_rc, hand_rc, ngpu, ldp, t_setup, t_role, t_hand, binary = sys.argv[1:11]
 hand_args = sys.argv[11:]
