@@ -69,4 +69,7 @@ reliability: sandbox wheelhouse  ## rolling restart / version change / faults un
 audit: venv  ## the on-call firmware/GPU audit (read-only); INV=inventory/sandbox for the sandbox
 	tools/fw-audit -i $(or $(INV),inventory/production)
 
-test: lint unit parser integration molecule
+# each part's time is printed at the end (and kept in artifacts/test-times.txt)
+TEST_PARTS ?= lint unit parser integration molecule
+test: venv
+	tools/test-parts.sh $(TEST_PARTS)
