@@ -10,7 +10,7 @@ N ?= 2
 PROFILE ?= kimi_k3
 SANDBOX_INV := inventory/sandbox
 
-.PHONY: help deps venv image wheelhouse sandbox sandbox-down demo test lint unit parser integration molecule thermal audit reliability
+.PHONY: help deps venv image wheelhouse sandbox sandbox-down demo test lint unit parser integration molecule thermal audit reliability ee
 
 help:
 	@echo "make demo      bring up the sandbox (2 emulated B300 hosts) and run site.yml -l b300a,b300b on it (PROFILE=kimi_k3|glm52_pd)"
@@ -66,7 +66,13 @@ thermal: venv  ## before go-live on real hosts: 1 h GPU soak, verdict + plots in
 reliability: sandbox wheelhouse  ## rolling restart / version change / faults under load on the sandbox (~30 min)
 	$(PY) tools/reliability.py
 
+ee: image  ## the execution environment image localhost/b300-ee:latest (execution-environment.yml; offline; cached)
+	tools/build-ee.sh
+
 audit: venv  ## the on-call firmware/GPU audit (read-only); INV=inventory/sandbox for the sandbox
 	tools/fw-audit -i $(or $(INV),inventory/production)
 
-test: lint unit parser integration molecule
+# each part's time is printed at the end (and kept in artifacts/test-times.txt)
+TEST_PARTS ?= lint unit parser integration molecule
+test: venv
+	tools/test-parts.sh $(TEST_PARTS)

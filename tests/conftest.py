@@ -13,10 +13,15 @@ if str(ROOT / "collections") not in sys.path:
     sys.path.insert(0, str(ROOT / "collections"))
 
 
+# The REAL captures live in the repository (sandbox/hwemu/real, copied from the project's shared captures), so a
+# fresh clone anywhere finds them; B300_REAL_FIXTURES overrides (e.g. ../shared/fixtures/real with newer captures).
+REAL_IN_REPO = ROOT / "sandbox" / "hwemu" / "real"
+
+
 def _real_fixture_dir():
     env = os.environ.get("B300_REAL_FIXTURES")
     candidates = [env] if env else []
-    candidates += [ROOT.parent / "shared" / "fixtures" / "real", ROOT / "tests" / "fixtures" / "real"]
+    candidates += [REAL_IN_REPO, ROOT.parent / "shared" / "fixtures" / "real"]
     for c in candidates:
         if c and pathlib.Path(c).is_dir():
             return pathlib.Path(c)
@@ -30,10 +35,11 @@ def repo_root():
 
 @pytest.fixture(scope="session")
 def real_fixtures():
-    """Directory of the REAL captures (../shared/fixtures/real). Tests using it fail loudly when it is missing."""
+    """Directory of the REAL captures (sandbox/hwemu/real in the repository). Tests using it fail loudly when it is
+    missing."""
     d = _real_fixture_dir()
     if d is None:
-        pytest.fail("real fixtures not found: expected ../shared/fixtures/real next to the checkout")
+        pytest.fail("real fixtures not found: expected %s (or B300_REAL_FIXTURES)" % REAL_IN_REPO)
     return d
 
 

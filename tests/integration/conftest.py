@@ -104,13 +104,17 @@ class Sandbox:
         return self.run(argv, check=check, timeout=timeout)
 
     def scenario(self, host, name):
-        """Switch host's emulated hardware to scenario name (checked)."""
-        self.run([str(FLEET), "scenario", host, name])
-        now = self.exec(host, "cat /opt/hwemu/scenario").stdout.strip()
+        """Switch host's emulated hardware to scenario name (checked); what `sandbox/fleet.sh scenario` runs."""
+        self.exec(host, "/opt/hwemu/bin/hwemu-scenario %s >/dev/null" % name)
+        now = self.current_scenario(host)
         assert now == name, "%s: scenario is %r after switching to %r" % (host, now, name)
 
     def current_scenario(self, host):
         return self.exec(host, "cat /opt/hwemu/scenario").stdout.strip()
+
+    def scenarios_back_to_healthy(self, request, hosts=("b300a", "b300b")):
+        """Finalizer of a test module/fixture that switches scenarios: the shared fleet is left healthy."""
+        request.addfinalizer(lambda: [self.scenario(h, "healthy") for h in hosts])
 
 
 def pytest_configure(config):

@@ -8,83 +8,56 @@ DOCA-OFED 25.10-1.2.2, which bundles 40.47.1026); a finalizer puts it back to `h
 the marker is a change. The helper first proves it sees a change (positive control) before it is trusted.
 """
 import json
-import os
 import pathlib
 import re
-import shutil
-import subprocess
 import time
 
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-VENV_BIN = ROOT / ".venv" / "bin"
-ENV = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
-           CONTAINERS_CONF=os.environ.get("CONTAINERS_CONF", str(ROOT / "sandbox" / "containers.conf")),
-           PATH="%s:%s" % (VENV_BIN, os.environ.get("PATH", "")), ANSIBLE_FORCE_COLOR="0", NO_COLOR="1")
 HOSTS = ("b300a", "b300b")
 MARKER = "/tmp/.fwgate-marker"
 PRUNE = ["/proc", "/sys", "/dev", "/run", "/tmp", "/var/tmp", "/var/log", "/var/cache", "/var/lib/systemd",
          "/root/.ansible", "/opt/hwemu"]
 
 
-def pexec(host, cmd, check=True):
-    r = subprocess.run(["podman", "exec", "b300-%s" % host, "sh", "-c", cmd], env=ENV, capture_output=True,
-                       text=True, timeout=60)
-    if check and r.returncode != 0:
-        raise AssertionError("podman exec %s %r failed: %s %s" % (host, cmd, r.stdout, r.stderr))
-    return r.stdout
+def mark(fleet, host):
+    fleet["sb"].exec(host, "touch %s; sleep 1.1" % MARKER)
 
 
-def mark(host):
-    pexec(host, "touch %s; sleep 1.1" % MARKER)
-
-
-def changed_files(host):
+def changed_files(fleet, host):
     prune = " -o ".join("-path %s" % p for p in PRUNE)
-    out = pexec(host, "find / -xdev \\( %s \\) -prune -o -newer %s -print" % (prune, MARKER), check=False)
+    out = fleet["sb"].exec(host, "find / -xdev \\( %s \\) -prune -o -newer %s -print" % (prune, MARKER),
+                           check=False).stdout
     return sorted(line for line in out.splitlines() if line and line != MARKER)
 
 
-def scenario(host, name):
-    pexec(host, "/opt/hwemu/bin/hwemu-scenario %s >/dev/null" % name)
-    assert pexec(host, "cat /opt/hwemu/scenario").strip() == name
-
-
-def run(argv, timeout=600):
-    return subprocess.run(argv, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=timeout)
+def run(fleet, argv, timeout=600):
+    return fleet["sb"].run(argv, check=False, timeout=timeout)
 
 
 @pytest.fixture(scope="module")
-def fleet(request):
-    """The 2-host sandbox (the shared `sandbox` fixture when present), b300b on cx8_fw_mismatch while tests run."""
-    try:
-        request.getfixturevalue("sandbox")
-    except pytest.FixtureLookupError:
-        if shutil.which("podman") is None:
-            pytest.skip("podman not installed")
-    for h in HOSTS:
-        r = subprocess.run(["podman", "exec", "b300-%s" % h, "test", "-x", "/opt/hwemu/bin/hwemu-scenario"],
-                           env=ENV, capture_output=True)
-        if r.returncode != 0:
-            pytest.skip("sandbox host %s not up with hwemu (make sandbox)" % h)
+def fleet(sandbox, request):
+    """The 2-host sandbox, b300b on cx8_fw_mismatch while tests run."""
+    f = {"sb": sandbox}
     # positive control: the change detector sees a file written after the marker
-    mark("b300a")
-    pexec("b300a", "mkdir -p /srv && touch /srv/.fwgate-probe")
-    assert "/srv/.fwgate-probe" in changed_files("b300a")
-    pexec("b300a", "rm -f /srv/.fwgate-probe")
-    scenario("b300a", "healthy")
-    scenario("b300b", "cx8_fw_mismatch")
-    request.addfinalizer(lambda: scenario("b300b", "healthy"))
-    pci = pexec("b300b", "basename $(readlink -f /opt/hwemu/sys/class/infiniband/mlx5_3/device)").strip()
+    mark(f, "b300a")
+    sandbox.exec("b300a", "mkdir -p /srv && touch /srv/.fwgate-probe")
+    assert "/srv/.fwgate-probe" in changed_files(f, "b300a")
+    sandbox.exec("b300a", "rm -f /srv/.fwgate-probe")
+    sandbox.scenarios_back_to_healthy(request, HOSTS)
+    sandbox.scenario("b300a", "healthy")
+    sandbox.scenario("b300b", "cx8_fw_mismatch")
+    pci = sandbox.exec("b300b", "basename $(readlink -f /opt/hwemu/sys/class/infiniband/mlx5_3/device)").stdout.strip()
     assert re.match(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$", pci)
-    return {"mlx5_3_pci": pci}
+    f["mlx5_3_pci"] = pci
+    return f
 
 
 def test_site_stops_in_preflight_before_any_change(fleet):
     for h in HOSTS:
-        mark(h)
-    r = run(["ansible-playbook", "site.yml", "-i", "inventory/sandbox", "-l", "b300a,b300b"])
+        mark(fleet, h)
+    r = run(fleet, ["ansible-playbook", "site.yml", "-i", "inventory/sandbox", "-l", "b300a,b300b"])
     out = r.stdout + r.stderr
     assert r.returncode != 0, out[-3000:]
     gate = [line for line in out.splitlines() if "mlx5_3" in line and "MISMATCH" in line]
@@ -96,14 +69,14 @@ def test_site_stops_in_preflight_before_any_change(fleet):
     after = out[out.index("NIC firmware gate FAILED"):]
     assert not re.search(r"^PLAY \[", after, re.M), after[:3000]
     for h in HOSTS:
-        assert changed_files(h) == [], (h, changed_files(h))
+        assert changed_files(fleet, h) == [], (h, changed_files(fleet, h))
     recap = dict(re.findall(r"^(b300[ab])\s+:\s+(.*)$", out, re.M))
     assert set(recap) == set(HOSTS)
     assert all("changed=0" in v for v in recap.values()), recap
 
 
 def test_audit_reports_exactly_mlx5_3_and_exits_2(fleet, tmp_path):
-    r = run([str(ROOT / "tools" / "fw-audit"), "-i", "inventory/sandbox", "-l", "b300a,b300b", "--json",
+    r = run(fleet, [str(ROOT / "tools" / "fw-audit"), "-i", "inventory/sandbox", "-l", "b300a,b300b", "--json",
              "--report-dir", str(tmp_path)])
     assert r.returncode == 2, r.stdout[-3000:] + r.stderr[-3000:]
     rep = json.loads(r.stdout)
@@ -120,8 +93,8 @@ def test_audit_reports_exactly_mlx5_3_and_exits_2(fleet, tmp_path):
 
 def test_audit_in_check_mode_changes_nothing(fleet, tmp_path):
     for h in HOSTS:
-        mark(h)
-    r = run(["ansible-playbook", "playbooks/firmware_audit.yml", "-i", "inventory/sandbox", "-l", "b300a,b300b",
+        mark(fleet, h)
+    r = run(fleet, ["ansible-playbook", "playbooks/firmware_audit.yml", "-i", "inventory/sandbox", "-l", "b300a,b300b",
              "--check", "-e", "audit_report_dir=%s" % tmp_path, "-e", "audit_report_name=check"])
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-3000:]
@@ -129,7 +102,7 @@ def test_audit_in_check_mode_changes_nothing(fleet, tmp_path):
     assert recap and set(HOSTS) <= set(recap) and set(recap.values()) == {"changed=0"}, recap
     assert json.loads((tmp_path / "check.json").read_text())["summary"]["exit_code"] == 2
     for h in HOSTS:
-        assert changed_files(h) == [], (h, changed_files(h))
+        assert changed_files(fleet, h) == [], (h, changed_files(fleet, h))
 
 
 def test_unreachable_host_reported_and_exit_3(fleet, tmp_path):
@@ -143,7 +116,7 @@ def test_unreachable_host_reported_and_exit_3(fleet, tmp_path):
         "        b300y: {ansible_host: 10.89.30.249}\n")
     # the key path in group_vars is relative to the inventory dir: point it at the real one
     t0 = time.monotonic()
-    r = run([str(ROOT / "tools" / "fw-audit"), "-i", str(inv), "--json", "--report-dir", str(tmp_path / "rep"),
+    r = run(fleet, [str(ROOT / "tools" / "fw-audit"), "-i", str(inv), "--json", "--report-dir", str(tmp_path / "rep"),
              "-e", "ansible_ssh_private_key_file=%s" % (ROOT / ".cache" / "sandbox" / "id_ed25519")])
     assert r.returncode == 3, r.stdout[-3000:] + r.stderr[-3000:]
     rep = json.loads(r.stdout)
@@ -152,3 +125,37 @@ def test_unreachable_host_reported_and_exit_3(fleet, tmp_path):
     # 3 wins over 2, but the finding is still reported
     assert [(x["host"], x["device"]) for x in rep["nic_rows"] if x["verdict"] == "mismatch"] == [("b300b", "mlx5_3")]
     assert time.monotonic() - t0 < 120
+
+
+def sandbox_known_hosts(path, swap=False):
+    """known_hosts for the sandbox: each host's address with its SSH host key, which sandbox/fleet.sh generates once
+    per host in .cache/sandbox/hosts/<host>/etc/ssh/ (swap=True gives b300b the key of b300a: a wrong key)."""
+    keys = {h: (ROOT / ".cache" / "sandbox" / "hosts" / h / "etc" / "ssh" / "ssh_host_ed25519_key.pub").read_text()
+            .split()[:2] for h in HOSTS}
+    if swap:
+        keys["b300b"] = keys["b300a"]
+    path.write_text("".join("%s %s %s\n" % (ip, k[0], k[1]) for ip, k in
+                            (("10.89.30.11", keys["b300a"]), ("10.89.30.12", keys["b300b"]))))
+    return path
+
+
+def test_audit_over_paramiko_checks_the_sandbox_host_keys(fleet, tmp_path):
+    """The on-call audit over -c paramiko (no OpenSSH client involved), host keys checked against the sandbox's."""
+    env = dict(fleet["sb"].env, ANSIBLE_VERBOSITY="3")
+    r = fleet["sb"].run([str(ROOT / "tools" / "fw-audit"), "-i", "inventory/sandbox", "-l", "b300a,b300b", "-v",
+                         "-c", "paramiko", "--known-hosts", str(sandbox_known_hosts(tmp_path / "known_hosts")),
+                         "--report-dir", str(tmp_path / "rep")], check=False, env=env, timeout=600)
+    out = r.stdout + r.stderr
+    assert r.returncode == 2, out[-4000:]
+    assert "ESTABLISH PARAMIKO SSH CONNECTION FOR USER: root" in out, out[-4000:]
+    assert "ESTABLISH SSH CONNECTION" not in out, "OpenSSH was used"
+    rep = json.loads(sorted((tmp_path / "rep").glob("fw-audit-*.json"))[-1].read_text())
+    bad = [(x["host"], x["device"], x["verdict"]) for x in rep["nic_rows"] if x["verdict"] not in ("ok", "ignored")]
+    assert bad == [("b300b", "mlx5_3", "mismatch")]
+    # a wrong host key for b300b: paramiko refuses it, b300b is reported unreachable (exit 3), b300a still audited
+    r = fleet["sb"].run([str(ROOT / "tools" / "fw-audit"), "-i", "inventory/sandbox", "-l", "b300a,b300b", "--json",
+                         "-c", "paramiko", "--known-hosts", str(sandbox_known_hosts(tmp_path / "bad", swap=True)),
+                         "--report-dir", str(tmp_path / "rep2")], check=False, timeout=600)
+    assert r.returncode == 3, r.stdout[-3000:] + r.stderr[-3000:]
+    rep = json.loads(r.stdout)
+    assert rep["hosts"]["b300b"]["status"] == "unreachable" and rep["hosts"]["b300a"]["status"] == "ok", rep["hosts"]

@@ -11,49 +11,26 @@ Run 3: -l b300a only, healthy, baseline raised 1.5x -> two-node run skipped with
 A finalizer puts both hosts back to healthy.
 """
 import json
-import os
-import pathlib
-import shutil
-import subprocess
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-VENV_BIN = ROOT / ".venv" / "bin"
-ENV = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
-           CONTAINERS_CONF=os.environ.get("CONTAINERS_CONF", str(ROOT / "sandbox" / "containers.conf")),
-           PATH="%s:%s" % (VENV_BIN, os.environ.get("PATH", "")), ANSIBLE_FORCE_COLOR="0", NO_COLOR="1",
-           ANSIBLE_CACHE_PLUGIN="memory")
 HOSTS = ("b300a", "b300b")
 MULTI = "multinode-b300a+b300b"
 FAST = ["-e", "nccl_validation_run_timeout_s=3", "-e", "nccl_validation_kill_after_s=2",
         "-e", "nccl_validation_results_dir=/tmp/nccl-validation-test"]
 
 
-def pexec(host, cmd, check=True):
-    r = subprocess.run(["podman", "exec", "b300-%s" % host, "sh", "-c", cmd], env=ENV, capture_output=True,
-                       text=True, timeout=60)
-    if check and r.returncode != 0:
-        raise AssertionError("podman exec %s %r failed: %s %s" % (host, cmd, r.stdout, r.stderr))
-    return r
-
-
-def scenario(host, name):
-    pexec(host, "/opt/hwemu/bin/hwemu-scenario %s >/dev/null" % name)
-    assert pexec(host, "cat /opt/hwemu/scenario").stdout.strip() == name
-
-
-def current():
+def current(sb):
     """Scenario of each host after a run: the sandbox is shared, so check nobody switched it under us."""
-    return {h: pexec(h, "cat /opt/hwemu/scenario").stdout.strip() for h in HOSTS}
+    return {h: sb.current_scenario(h) for h in HOSTS}
 
 
-def play(art, limit="b300a,b300b", extra=()):
+def play(sb, art, limit="b300a,b300b", extra=()):
     argv = ["ansible-playbook", "playbooks/nccl_validation.yml", "-i", "inventory/sandbox", "-l", limit,
             "-e", "nccl_validation_artifacts_dir=%s" % art,
             # other tests may have left SGLang serving on the shared fleet: validate anyway (maintenance-window switch)
             "-e", "nccl_validation_when_serving=true"] + FAST + list(extra)
-    r = subprocess.run(argv, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
+    r = sb.run(argv, check=False, timeout=600)
     return {"rc": r.returncode, "out": r.stdout + r.stderr}
 
 
@@ -65,39 +42,32 @@ def verdicts(art, key):
 
 
 @pytest.fixture(scope="module")
-def fleet(request):
-    try:
-        request.getfixturevalue("sandbox")
-    except pytest.FixtureLookupError:
-        if shutil.which("podman") is None:
-            pytest.skip("podman not installed")
-    for h in HOSTS:
-        if pexec(h, "test -x /opt/hwemu/bin/all_reduce_perf", check=False).returncode != 0:
-            pytest.skip("sandbox host %s not up with hwemu (make sandbox)" % h)
-    request.addfinalizer(lambda: [scenario(h, "healthy") for h in HOSTS])
-    return HOSTS
+def fleet(sandbox, request):
+    sandbox.scenarios_back_to_healthy(request, HOSTS)
+    return sandbox
 
 
 @pytest.fixture(scope="module")
 def runs(fleet, tmp_path_factory):
+    sb = fleet
     art = tmp_path_factory.mktemp("nccl")
     out = {"art": art}
-    scenario("b300a", "healthy")
-    scenario("b300b", "nccl_slow")
-    out["run1"] = play(art)
-    out["scenarios1"] = current()
+    sb.scenario("b300a", "healthy")
+    sb.scenario("b300b", "nccl_slow")
+    out["run1"] = play(sb, art)
+    out["scenarios1"] = current(sb)
     out["after1"] = {k: verdicts(art, k) for k in HOSTS + (MULTI,)}
     out["baseline_a_1"] = json.loads((art / "b300a" / "baseline.json").read_text())
-    scenario("b300a", "nccl_wrong_results")
-    scenario("b300b", "nccl_intermittent_hang")
-    out["run2"] = play(art)
-    out["scenarios2"] = current()
+    sb.scenario("b300a", "nccl_wrong_results")
+    sb.scenario("b300b", "nccl_intermittent_hang")
+    out["run2"] = play(sb, art)
+    out["scenarios2"] = current(sb)
     out["after2"] = {k: verdicts(art, k) for k in HOSTS + (MULTI,)}
     out["baseline_a_2"] = json.loads((art / "b300a" / "baseline.json").read_text())
-    scenario("b300a", "healthy")
+    sb.scenario("b300a", "healthy")
     raised = dict(out["baseline_a_2"], gated_gbps=round(out["baseline_a_2"]["gated_gbps"] * 1.5, 3), run_id="raised")
     (art / "b300a" / "baseline.json").write_text(json.dumps(raised))
-    out["run3"] = play(art, limit="b300a")
+    out["run3"] = play(sb, art, limit="b300a")
     out["after3"] = verdicts(art, "b300a")
     out["multi_after3"] = verdicts(art, MULTI)
     return out

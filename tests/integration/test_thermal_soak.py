@@ -9,53 +9,24 @@ play only after writing them, and leave no loader/sampler process behind. A fina
 Needs the hwemu nvidia-smi to know the `timestamp` query field (real drivers do); the fixture checks it first.
 """
 import json
-import os
-import pathlib
 import re
-import shutil
-import subprocess
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-VENV_BIN = ROOT / ".venv" / "bin"
-ENV = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
-           CONTAINERS_CONF=os.environ.get("CONTAINERS_CONF", str(ROOT / "sandbox" / "containers.conf")),
-           PATH="%s:%s" % (VENV_BIN, os.environ.get("PATH", "")), ANSIBLE_FORCE_COLOR="0", NO_COLOR="1")
 HOSTS = ("b300a", "b300b")
 DURATION_S = 20
 
 
-def pexec(host, cmd, check=True):
-    r = subprocess.run(["podman", "exec", "b300-%s" % host, "sh", "-c", cmd], env=ENV, capture_output=True,
-                       text=True, timeout=60)
-    if check and r.returncode != 0:
-        raise AssertionError("podman exec %s %r failed: %s %s" % (host, cmd, r.stdout, r.stderr))
-    return r
-
-
-def scenario(host, name):
-    pexec(host, "/opt/hwemu/bin/hwemu-scenario %s >/dev/null" % name)
-    assert pexec(host, "cat /opt/hwemu/scenario").stdout.strip() == name
-
-
 @pytest.fixture(scope="module")
-def fleet(request):
-    try:
-        request.getfixturevalue("sandbox")
-    except pytest.FixtureLookupError:
-        if shutil.which("podman") is None:
-            pytest.skip("podman not installed")
-    for h in HOSTS:
-        if pexec(h, "test -x /opt/hwemu/bin/hwemu-scenario", check=False).returncode != 0:
-            pytest.skip("sandbox host %s not up with hwemu (make sandbox)" % h)
-    probe = pexec("b300a", "/opt/hwemu/bin/nvidia-smi --query-gpu=timestamp,index --format=csv,noheader", check=False)
+def fleet(sandbox, request):
+    probe = sandbox.exec("b300a", "/opt/hwemu/bin/nvidia-smi --query-gpu=timestamp,index --format=csv,noheader",
+                         check=False)
     assert probe.returncode == 0, ("hwemu nvidia-smi must support the 'timestamp' query field (real drivers do): "
                                    + probe.stdout + probe.stderr)
-    request.addfinalizer(lambda: [scenario(h, "healthy") for h in HOSTS])
-    scenario("b300a", "healthy")
-    scenario("b300b", "thermal_throttle")
-    return HOSTS
+    sandbox.scenarios_back_to_healthy(request, HOSTS)
+    sandbox.scenario("b300a", "healthy")
+    sandbox.scenario("b300b", "thermal_throttle")
+    return sandbox
 
 
 @pytest.fixture(scope="module")
@@ -64,8 +35,8 @@ def soak(fleet, tmp_path_factory):
     argv = ["ansible-playbook", "playbooks/thermal_soak.yml", "-i", "inventory/sandbox", "-l", "b300a,b300b",
             "-e", "thermal_soak_duration_s=%d" % DURATION_S, "-e", "thermal_soak_sample_ms=1000",
             "-e", "thermal_soak_loader=burn", "-e", "thermal_soak_poll_s=2", "-e", "thermal_soak_artifacts_dir=%s" % art]
-    r = subprocess.run(argv, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
-    return {"rc": r.returncode, "out": r.stdout + r.stderr, "art": art}
+    r = fleet.run(argv, check=False, timeout=300)
+    return {"rc": r.returncode, "out": r.stdout + r.stderr, "art": art, "sandbox": fleet}
 
 
 def test_verdicts_ok_and_throttled(soak):
@@ -106,6 +77,6 @@ def test_artifacts_per_host(soak):
 
 def test_nothing_left_running(soak):
     for h in HOSTS:
-        r = pexec(h, "ps -eo pid,args | grep -E 'gpu_burn|nvidia-smi .*-lms|thermal_soak_runner' | grep -v grep",
-                  check=False)
+        r = soak["sandbox"].exec(
+            h, "ps -eo pid,args | grep -E 'gpu_burn|nvidia-smi .*-lms|thermal_soak_runner' | grep -v grep", check=False)
         assert r.stdout.strip() == "", (h, r.stdout)

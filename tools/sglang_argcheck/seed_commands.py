@@ -1,6 +1,8 @@
 """The `sglang serve` command lines of the seed mission doc, as argv lists (for parser tests).
 
-Read from ../shared/seeds/000_41a8a3efb3bcc347.txt at test time (not copied). Placeholders are filled the way an
+Read from ../shared/seeds/000_41a8a3efb3bcc347.txt at test time when present, else from the in-repository extract
+tests/fixtures/seed/000_41a8a3efb3bcc347-commands.txt (the seed's five command blocks only, unchanged; a unit test
+checks the extract against the seed wherever the seed exists). Placeholders are filled the way an
 operator would: `<model-root>` -> /models, `<P0: a ｜ P1: b>` -> a (first instance), `<rdma-device-list>` ->
 mlx5_0,mlx5_1. The SGLang version per model comes from the seed's table: GLM-5.2 on 0.5.17, Kimi-K3 on 0.5.18.
 """
@@ -8,13 +10,14 @@ import os
 import re
 
 SEED_NAME = "000_41a8a3efb3bcc347.txt"
+EXTRACT = os.path.join("tests", "fixtures", "seed", "000_41a8a3efb3bcc347-commands.txt")
 VERSION_BY_MODEL = {"GLM-5.2-NVFP4": "0.5.17", "Kimi-K3": "0.5.18"}
 _ALT = re.compile(r"<[A-Z]\d+: ([^ ｜>]+) ｜ [A-Z]\d+: [^>]+>")
 
 
 def seed_path(root):
     for cand in (os.environ.get("B300_SEED_FILE"), os.path.join(root, "..", "shared", "seeds", SEED_NAME),
-                 os.path.join(root, "shared", "seeds", SEED_NAME)):
+                 os.path.join(root, "shared", "seeds", SEED_NAME), os.path.join(root, EXTRACT)):
         if cand and os.path.isfile(cand):
             return os.path.abspath(cand)
     return None
