@@ -268,8 +268,9 @@ def window(records, t_from, t_to):
 # ------------------------------------------------------------------------------------------------------------------
 
 class Runner:
-    def __init__(self, outdir, timeout_s, verbose):
+    def __init__(self, outdir, timeout_s, verbose, router_flags="resilient"):
         self.outdir, self.timeout_s, self.verbose, self.n = outdir, timeout_s, verbose, 0
+        self.router_flags = router_flags
 
     def log(self, msg):
         if self.verbose:
@@ -282,6 +283,7 @@ class Runner:
         for inv in inventories:
             argv += ["-i", str(inv)]
         argv += [playbook, "-l", "b300a,b300b", "-e", "sglang_profile=%s" % profile, "-e", "@%s" % SANDBOX_VARS]
+        argv += ["-e", "sglang_router_flags=%s" % self.router_flags]
         argv += list(extra)
         self.log("%s: %s" % (label, " ".join(argv[1:])))
         t = time.monotonic()
@@ -327,7 +329,7 @@ def messages(out):
 class Bench:
     def __init__(self, opts, outdir):
         self.o, self.outdir = opts, outdir
-        self.run = Runner(outdir, opts.playbook_timeout_s, not opts.quiet)
+        self.run = Runner(outdir, opts.playbook_timeout_s, not opts.quiet, opts.router_flags)
         self.log = self.run.log
 
     def loaded(self, layout, name, action):
@@ -463,10 +465,17 @@ class Bench:
     def victim(self, layout, role_pref=("decode", "worker")):
         """Kill target: a decode (PD) or the regular worker on the host that is not the router host."""
         cands = [i for i in layout["instances"] if i["role"] in role_pref and i["host"] != layout["router_host"]]
-        return (cands or layout["instances"])[-1]
+        return (cands or [i for i in layout["instances"] if i["role"] in role_pref] or layout["instances"])[-1]
 
     def s_kill(self, layout):
-        v = self.victim(layout)
+        """One worker killed (kill -9, crash-looping) per record: the regular worker, or for PD a decode, then a prefill."""
+        out = []
+        prefs = [("decode",), ("prefill",)] if any(i["role"] == "prefill" for i in layout["instances"]) else [("worker",)]
+        for pref in prefs:
+            out += self._kill_one(layout, self.victim(layout, pref))
+        return out
+
+    def _kill_one(self, layout, v):
 
         def action(load):
             control_file(v, "fault", "die_after_load")   # the process systemd restarts dies again (crash loop)
@@ -484,12 +493,14 @@ class Bench:
                                            % v["unit"], check=False).split(),
                     "report_names_victim": v["id"] in "\n".join(report["messages"]) or v["id"] in out.split(
                         "PLAY RECAP")[-1]}
-        rec = self.loaded(layout, "worker_killed", action)
-        rec["expect"] = ("traffic moves to the other worker(s) (failures bounded, none in the last window), the "
-                         "health report fails and names %s" % v["id"])
+        rec = self.loaded(layout, "worker_killed_%s" % v["role"], action)
+        rec["router_flags"] = self.run.router_flags
+        rec["expect"] = ("traffic moves to the other worker(s) (%s), the health report fails and names %s"
+                         % ("0 failed requests" if self.run.router_flags == "resilient"
+                            else "seed flags: failures bounded, none in the last window", v["id"]))
         rec["restored"] = self.restore(layout)
         rec["pass"] = (rec["playbooks"][0]["rc"] != 0 and rec["report_names_victim"] and rec["after"]["failed"] == 0
-                       and rec["restored"])
+                       and rec["restored"] and (rec["failed"] == 0 or self.run.router_flags != "resilient"))
         return [rec]
 
     def s_unhealthy(self, layout):
@@ -601,6 +612,8 @@ def table(report):
 def options(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--profiles", default="kimi_k3,glm52_pd")
+    ap.add_argument("--router-flags", default="resilient", choices=("resilient", "seed"),
+                    help="sglang_router_flags for every deploy (seed: the seed's --disable-retries flags)")
     ap.add_argument("--scenarios", default=",".join(ALL_SCENARIOS), help="subset of %s" % ",".join(ALL_SCENARIOS))
     ap.add_argument("--latency-ms", type=int, default=200, help="stub time per request (requests stay in flight)")
     ap.add_argument("--concurrency", type=int, default=4)

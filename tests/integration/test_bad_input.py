@@ -126,10 +126,7 @@ CASES = [
     pytest.param({"id": "nccl_threshold_override_not_a_mapping", "vars": {
         "sglang_profile": "kimi_k3", "nccl_validation_thresholds_override": ["B300", 8, 700]},
         "expect": ["threshold_override", "list"], "inventory": None, "scenario": None, "why": ""},
-        id="nccl_threshold_override_not_a_mapping",
-        marks=pytest.mark.xfail(strict=False, reason=(
-            "NOT VALIDATED in preflight: a list for nccl_validation_thresholds_override is only rejected by the NCCL "
-            "role itself, which stands aside while SGLang serves; measured: site.yml exited 0 and redeployed"))),
+        id="nccl_threshold_override_not_a_mapping"),
 ]
 
 SELECTED = [c for c in os.environ.get("B300_BAD_INPUT_CASES", "").split(",") if c]
