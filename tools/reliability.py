@@ -28,6 +28,9 @@ Scenarios (per profile):
   unreachable  fault (c): SSH to one worker host blocked for this controller (an extra inventory points its
                ansible_port at a closed port; the host and its services keep running, nothing else on the shared
                fleet is affected) during a rollout: the rollout must stop naming the host; recovery as above.
+  rerun        sglang_deploy.yml (the site.yml SGLang part) with a changed flag (sglang_server_extra_args
+               {"--log-level": "warning"}) under load, then back: sglang_restart_strategy=rolling must restart every
+               instance one at a time behind the router with 0 failed requests.
 
 Everything is bounded (load: --max-requests / --max-load-s per scenario, playbooks: --playbook-timeout-s). Output:
 artifacts/reliability/<timestamp>.json (+ playbook logs and per-request JSON lines in artifacts/reliability/<timestamp>/)
@@ -62,7 +65,7 @@ ROLE_ORDER = ("prefill", "decode", "worker")          # module_utils/sglang_plan
 ROLLING_ORDER = ("decode", "prefill", "worker")       # playbooks/rolling_restart.yml restarts in this order
 # version to switch to per profile (both pairs are in roles/sglang/vars/compat.yml with router 0.3.2)
 OTHER_VERSION = {"kimi_k3": "0.5.17", "glm52_pd": "0.5.18"}
-ALL_SCENARIOS = ("rolling", "version", "kill", "unhealthy", "unreachable")
+ALL_SCENARIOS = ("rolling", "version", "kill", "unhealthy", "unreachable", "rerun")
 
 
 def env():
@@ -434,6 +437,29 @@ class Bench:
         rec["pass"] = rec["playbooks"][0]["rc"] == 0 and rec["failed"] == 0 and len(rec["restarted"]) == len(before)
         return [rec]
 
+    def s_rerun(self, layout):
+        """site-style re-run (sglang_deploy.yml) with a changed server flag under load, then back: with
+        sglang_restart_strategy=rolling (default) every changed instance restarts one at a time behind the router."""
+        out = []
+        for name, extra in (("rerun_flag_changed", ["-e", json.dumps({"sglang_server_extra_args": {"--log-level": "warning"}})]),
+                            ("rerun_flag_back", [])):
+            before = {i["id"]: main_pid(i) for i in layout["instances"]}
+
+            def action(_load, extra=extra, name=name):
+                res, _ = self.run.playbook("%s-%s" % (name, layout["profile"]), "playbooks/sglang_deploy.yml",
+                                           layout["profile"], *extra, *self.fast_health())
+                return {"playbooks": [res], "extra": extra}
+            rec = self.loaded(layout, name, action)
+            after = {i["id"]: main_pid(i) for i in layout["instances"]}
+            rec["restarted"] = sorted(k for k in before if before[k] != after[k] and after[k])
+            rec["expect"] = "deploy rc 0, every instance restarted (rolling strategy), 0 failed requests"
+            rec["pass"] = (rec["playbooks"][0]["rc"] == 0 and rec["failed"] == 0
+                           and len(rec["restarted"]) == len(before))
+            out.append(rec)
+            if not rec["pass"]:
+                break
+        return out
+
     def s_version(self, layout):
         out = []
         pinned, other = layout["version"], OTHER_VERSION[layout["profile"]]
@@ -544,13 +570,16 @@ class Bench:
             listed = [x.get("url") for x in router_workers(layout)]
             return {"unreachable_host": host, "how": "ansible_port=1 for %s in an extra inventory (SSH refused); the "
                     "host and its services keep running" % host, "playbooks": [res],
-                    "names_host": bool(re.search(r"\b%s\b.*UNREACHABLE|UNREACHABLE.*\b%s\b|unreachable=1" % (host, host),
+                    "names_host": bool(re.search(r"\b%s\b.*UNREACHABLE|UNREACHABLE.*\b%s\b|unreachable=1|%s \(host of \S+\) is "
+                                                 r"unreachable" % (host, host, host),
                                                  out)),
                     "out_of_router_after_stop": sorted(i["id"] for i in layout["instances"] if i["url"] not in listed)}
         rec = self.loaded(layout, "host_unreachable", action)
         rec["expect"] = "rollout rc != 0 naming %s, the router keeps answering, 0 failed requests" % host
         rec["restored"] = self.restore(layout)
-        rec["pass"] = rec["playbooks"][0]["rc"] != 0 and rec["names_host"] and rec["failed"] == 0 and rec["restored"]
+        rec["expect"] += ", and (pre-check) no instance of %s removed from the router" % host
+        rec["pass"] = (rec["playbooks"][0]["rc"] != 0 and rec["names_host"] and rec["failed"] == 0 and rec["restored"]
+                       and not rec["out_of_router_after_stop"])
         return [rec]
 
     def profile(self, name):
