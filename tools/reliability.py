@@ -28,6 +28,9 @@ Scenarios (per profile):
   unreachable  fault (c): SSH to one worker host blocked for this controller (an extra inventory points its
                ansible_port at a closed port; the host and its services keep running, nothing else on the shared
                fleet is affected) during a rollout: the rollout must stop naming the host; recovery as above.
+  rerun        sglang_deploy.yml (the site.yml SGLang part) with a changed flag (sglang_server_extra_args
+               {"--log-level": "warning"}) under load, then back: sglang_restart_strategy=rolling must restart every
+               instance one at a time behind the router with 0 failed requests.
 
 Everything is bounded (load: --max-requests / --max-load-s per scenario, playbooks: --playbook-timeout-s). Output:
 artifacts/reliability/<timestamp>.json (+ playbook logs and per-request JSON lines in artifacts/reliability/<timestamp>/)
@@ -62,7 +65,7 @@ ROLE_ORDER = ("prefill", "decode", "worker")          # module_utils/sglang_plan
 ROLLING_ORDER = ("decode", "prefill", "worker")       # playbooks/rolling_restart.yml restarts in this order
 # version to switch to per profile (both pairs are in roles/sglang/vars/compat.yml with router 0.3.2)
 OTHER_VERSION = {"kimi_k3": "0.5.17", "glm52_pd": "0.5.18"}
-ALL_SCENARIOS = ("rolling", "version", "kill", "unhealthy", "unreachable")
+ALL_SCENARIOS = ("rolling", "version", "kill", "unhealthy", "unreachable", "rerun")
 
 
 def env():
@@ -180,6 +183,8 @@ def fleet_busy(me=None):
             cmd = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
+        if cmd.split(" ", 1)[0].endswith("flock"):
+            continue   # a job WAITING for the sandbox lock (flock ... bash -c '... pytest ...') is not using the fleet
         if "python" in cmd and (("ansible-playbook" in cmd and "inventory/sandbox" in cmd)
                                 or ("pytest" in cmd and "tests/integration" in cmd)):
             busy.append("%s %s" % (p.name, cmd[:150]))
@@ -268,8 +273,9 @@ def window(records, t_from, t_to):
 # ------------------------------------------------------------------------------------------------------------------
 
 class Runner:
-    def __init__(self, outdir, timeout_s, verbose):
+    def __init__(self, outdir, timeout_s, verbose, router_flags="resilient"):
         self.outdir, self.timeout_s, self.verbose, self.n = outdir, timeout_s, verbose, 0
+        self.router_flags = router_flags
 
     def log(self, msg):
         if self.verbose:
@@ -282,6 +288,7 @@ class Runner:
         for inv in inventories:
             argv += ["-i", str(inv)]
         argv += [playbook, "-l", "b300a,b300b", "-e", "sglang_profile=%s" % profile, "-e", "@%s" % SANDBOX_VARS]
+        argv += ["-e", "sglang_router_flags=%s" % self.router_flags]
         argv += list(extra)
         self.log("%s: %s" % (label, " ".join(argv[1:])))
         t = time.monotonic()
@@ -327,7 +334,7 @@ def messages(out):
 class Bench:
     def __init__(self, opts, outdir):
         self.o, self.outdir = opts, outdir
-        self.run = Runner(outdir, opts.playbook_timeout_s, not opts.quiet)
+        self.run = Runner(outdir, opts.playbook_timeout_s, not opts.quiet, opts.router_flags)
         self.log = self.run.log
 
     def loaded(self, layout, name, action):
@@ -432,6 +439,29 @@ class Bench:
         rec["pass"] = rec["playbooks"][0]["rc"] == 0 and rec["failed"] == 0 and len(rec["restarted"]) == len(before)
         return [rec]
 
+    def s_rerun(self, layout):
+        """site-style re-run (sglang_deploy.yml) with a changed server flag under load, then back: with
+        sglang_restart_strategy=rolling (default) every changed instance restarts one at a time behind the router."""
+        out = []
+        for name, extra in (("rerun_flag_changed", ["-e", json.dumps({"sglang_server_extra_args": {"--log-level": "warning"}})]),
+                            ("rerun_flag_back", [])):
+            before = {i["id"]: main_pid(i) for i in layout["instances"]}
+
+            def action(_load, extra=extra, name=name):
+                res, _ = self.run.playbook("%s-%s" % (name, layout["profile"]), "playbooks/sglang_deploy.yml",
+                                           layout["profile"], *extra, *self.fast_health())
+                return {"playbooks": [res], "extra": extra}
+            rec = self.loaded(layout, name, action)
+            after = {i["id"]: main_pid(i) for i in layout["instances"]}
+            rec["restarted"] = sorted(k for k in before if before[k] != after[k] and after[k])
+            rec["expect"] = "deploy rc 0, every instance restarted (rolling strategy), 0 failed requests"
+            rec["pass"] = (rec["playbooks"][0]["rc"] == 0 and rec["failed"] == 0
+                           and len(rec["restarted"]) == len(before))
+            out.append(rec)
+            if not rec["pass"]:
+                break
+        return out
+
     def s_version(self, layout):
         out = []
         pinned, other = layout["version"], OTHER_VERSION[layout["profile"]]
@@ -463,10 +493,17 @@ class Bench:
     def victim(self, layout, role_pref=("decode", "worker")):
         """Kill target: a decode (PD) or the regular worker on the host that is not the router host."""
         cands = [i for i in layout["instances"] if i["role"] in role_pref and i["host"] != layout["router_host"]]
-        return (cands or layout["instances"])[-1]
+        return (cands or [i for i in layout["instances"] if i["role"] in role_pref] or layout["instances"])[-1]
 
     def s_kill(self, layout):
-        v = self.victim(layout)
+        """One worker killed (kill -9, crash-looping) per record: the regular worker, or for PD a decode, then a prefill."""
+        out = []
+        prefs = [("decode",), ("prefill",)] if any(i["role"] == "prefill" for i in layout["instances"]) else [("worker",)]
+        for pref in prefs:
+            out += self._kill_one(layout, self.victim(layout, pref))
+        return out
+
+    def _kill_one(self, layout, v):
 
         def action(load):
             control_file(v, "fault", "die_after_load")   # the process systemd restarts dies again (crash loop)
@@ -484,12 +521,14 @@ class Bench:
                                            % v["unit"], check=False).split(),
                     "report_names_victim": v["id"] in "\n".join(report["messages"]) or v["id"] in out.split(
                         "PLAY RECAP")[-1]}
-        rec = self.loaded(layout, "worker_killed", action)
-        rec["expect"] = ("traffic moves to the other worker(s) (failures bounded, none in the last window), the "
-                         "health report fails and names %s" % v["id"])
+        rec = self.loaded(layout, "worker_killed_%s" % v["role"], action)
+        rec["router_flags"] = self.run.router_flags
+        rec["expect"] = ("traffic moves to the other worker(s) (%s), the health report fails and names %s"
+                         % ("0 failed requests" if self.run.router_flags == "resilient"
+                            else "seed flags: failures bounded, none in the last window", v["id"]))
         rec["restored"] = self.restore(layout)
         rec["pass"] = (rec["playbooks"][0]["rc"] != 0 and rec["report_names_victim"] and rec["after"]["failed"] == 0
-                       and rec["restored"])
+                       and rec["restored"] and (rec["failed"] == 0 or self.run.router_flags != "resilient"))
         return [rec]
 
     def s_unhealthy(self, layout):
@@ -533,13 +572,16 @@ class Bench:
             listed = [x.get("url") for x in router_workers(layout)]
             return {"unreachable_host": host, "how": "ansible_port=1 for %s in an extra inventory (SSH refused); the "
                     "host and its services keep running" % host, "playbooks": [res],
-                    "names_host": bool(re.search(r"\b%s\b.*UNREACHABLE|UNREACHABLE.*\b%s\b|unreachable=1" % (host, host),
+                    "names_host": bool(re.search(r"\b%s\b.*UNREACHABLE|UNREACHABLE.*\b%s\b|unreachable=1|%s \(host of \S+\) is "
+                                                 r"unreachable" % (host, host, host),
                                                  out)),
                     "out_of_router_after_stop": sorted(i["id"] for i in layout["instances"] if i["url"] not in listed)}
         rec = self.loaded(layout, "host_unreachable", action)
         rec["expect"] = "rollout rc != 0 naming %s, the router keeps answering, 0 failed requests" % host
         rec["restored"] = self.restore(layout)
-        rec["pass"] = rec["playbooks"][0]["rc"] != 0 and rec["names_host"] and rec["failed"] == 0 and rec["restored"]
+        rec["expect"] += ", and (pre-check) no instance of %s removed from the router" % host
+        rec["pass"] = (rec["playbooks"][0]["rc"] != 0 and rec["names_host"] and rec["failed"] == 0 and rec["restored"]
+                       and not rec["out_of_router_after_stop"])
         return [rec]
 
     def profile(self, name):
@@ -601,6 +643,8 @@ def table(report):
 def options(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--profiles", default="kimi_k3,glm52_pd")
+    ap.add_argument("--router-flags", default="resilient", choices=("resilient", "seed"),
+                    help="sglang_router_flags for every deploy (seed: the seed's --disable-retries flags)")
     ap.add_argument("--scenarios", default=",".join(ALL_SCENARIOS), help="subset of %s" % ",".join(ALL_SCENARIOS))
     ap.add_argument("--latency-ms", type=int, default=200, help="stub time per request (requests stay in flight)")
     ap.add_argument("--concurrency", type=int, default=4)

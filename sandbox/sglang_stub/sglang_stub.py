@@ -804,6 +804,8 @@ def serve(version, argv, env=None):
     for w in warnings:
         log("WARNING", w)
     st = StubState(ns, version, env)
+    # like SGLang 0.5.17 (srt/entrypoints/engine.py) at INFO: the API key appears in this line (issue 15 redaction test)
+    log("INFO", "server_args=ServerArgs(model_path=%r, host=%r, port=%d, api_key=%r)" % (st.model_path, st.host, st.port, st.api_key))
     banner(st, argv)
     try:
         os.makedirs(st.control_dir, exist_ok=True)

@@ -135,10 +135,7 @@ CASES = [
     # --- NCCL -----------------------------------------------------------------------------------------------------
     case("nccl_threshold_override_not_a_mapping", {"nccl_validation_thresholds_override": ["B300", 8, 700]},
          ["threshold_override", "list"], e2e_only=True,
-         why="validated by the NCCL role (site.yml's second play), not by the preflight gates",
-         marks=pytest.mark.xfail(strict=False, reason=(
-             "NOT VALIDATED yet: a list for nccl_validation_thresholds_override is only rejected by the NCCL role "
-             "itself, which stands aside while SGLang serves; measured: site.yml exited 0 and redeployed"))),
+         why="validated by playbooks/nccl_validation.yml before it decides to stand aside for a serving fleet"),
 ]
 
 # End-to-end over SSH with the hosts proven untouched: the cases only the real run can judge, plus one refusal from
