@@ -7,7 +7,8 @@
 #   - sglang-router==0.3.2 WITH its dependencies (the router venv is complete and runs on CPU)
 #   - sglang==0.5.17 and sglang==0.5.18, --no-deps (the sandbox's versioned-venv install; the sandbox runs the stub,
 #     so the large GPU dependency set is not needed there)
-#   - mooncake-transfer-engine==$MOONCAKE_VERSION, --no-deps (the PD profile's transfer backend)
+#   - mooncake-transfer-engine-cuda13==$MOONCAKE_VERSION, --no-deps (the PD profile's transfer backend, the CUDA 13
+#     build that fits sglang 0.5.17/0.5.18; the plain mooncake-transfer-engine wheel links libcudart.so.12)
 # Idempotent: pip download skips files already present; a re-run only checks the index. Prints the size.
 # A REAL GPU host needs the full dependency set (torch, flashinfer, sglang-kernel, cuda-tile ...): see the
 # operator notes in the project README ("Offline wheelhouse for a GPU host", incl. the cuda-tile trap).
@@ -37,8 +38,9 @@ for v in $SGLANG_VERSIONS; do
   echo "== sglang==$v (no deps)"
   quiet "$PIP" "${COMMON[@]}" --no-deps "sglang==$v"
 done
-echo "== mooncake-transfer-engine==$MOONCAKE_VERSION (no deps)"
-quiet "$PIP" "${COMMON[@]}" --no-deps "mooncake-transfer-engine==$MOONCAKE_VERSION"
+MOONCAKE_PACKAGE=${MOONCAKE_PACKAGE:-mooncake-transfer-engine-cuda13}
+echo "== $MOONCAKE_PACKAGE==$MOONCAKE_VERSION (no deps)"
+quiet "$PIP" "${COMMON[@]}" --no-deps "$MOONCAKE_PACKAGE==$MOONCAKE_VERSION"
 
 # A manifest the sandbox role can read without pip: name, version, file, sha256.
 (
