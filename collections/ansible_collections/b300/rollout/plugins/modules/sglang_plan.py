@@ -148,6 +148,8 @@ def main():
                   warnings_list=plan["warnings"], exec_start=exec_start,
                   **{k: plan.get(k) for k in ("profile", "mode", "version", "router_version", "model_path",
                                               "served_model_name", "needs_mooncake")})
+    for warning in plan["warnings"]:
+        module.warn(warning)
     if plan["errors"] and p["fail_on_errors"]:
         module.fail_json(msg="SGLang plan for profile %s has %d error(s):\n- %s"
                          % (plan.get("profile"), len(plan["errors"]), "\n- ".join(plan["errors"])), **result)
