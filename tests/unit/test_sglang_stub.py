@@ -40,7 +40,7 @@ def test_catalogs_are_the_reference_dumps():
     if not ref.is_dir():
         pytest.fail("reference catalogs missing: expected %s" % ref)
     for ver in ("0.5.17", "0.5.18"):
-        mine = json.loads((STUB_DIR / "options" / ("server-options-%s.json" % ver)).read_text())
+        mine = json.loads((pathlib.Path(st.OPTIONS_DIR) / ("server-options-%s.json" % ver)).read_text())
         assert mine == json.loads((ref / ("server-options-%s.json" % ver)).read_text())
 
 

@@ -23,6 +23,7 @@ import json
 import re
 
 from ansible_collections.b300.rollout.plugins.module_utils.affinity import nearest_nics
+from ansible_collections.b300.rollout.plugins.module_utils.argparse_abbrev import prefix_matches
 
 VERSION_RE = re.compile(r"^\d+\.\d+\.\d+$")
 PLACEHOLDER_RE = re.compile(r"\{([a-z_]+)\}")
@@ -128,8 +129,8 @@ def check_server_args(args, catalog, version, where):
             continue
         spec = catalog.get(flag)
         if spec is None:
-            close = [f for f in catalog if f.startswith(flag)]
-            hint = " (argparse would treat it as a prefix of %s; write the long name)" % ", ".join(sorted(close)[:3]) if close else ""
+            close = prefix_matches(flag, catalog)
+            hint = " (argparse would treat it as a prefix of %s; write the long name)" % ", ".join(close[:3]) if close else ""
             errors.append("%s: flag %s is not an option of sglang %s%s" % (where, flag, version, hint))
             continue
         nargs = spec.get("nargs")
