@@ -10,7 +10,7 @@ N ?= 2
 PROFILE ?= kimi_k3
 SANDBOX_INV := inventory/sandbox
 
-.PHONY: help deps venv image wheelhouse sandbox sandbox-down demo test lint unit parser integration molecule thermal audit reliability
+.PHONY: help deps venv image wheelhouse sandbox sandbox-down demo test lint sanity unit parser integration molecule thermal audit reliability
 
 help:
 	@echo "make demo      bring up the sandbox (2 emulated B300 hosts) and run site.yml -l b300a,b300b on it (PROFILE=kimi_k3|glm52_pd)"
@@ -44,6 +44,9 @@ lint: venv
 	yamllint -s .
 	ansible-lint
 
+sanity: venv  ## ansible-test sanity on the collection (first run installs the tools, ~3 min; then ~35-65 s)
+	tools/sanity.sh
+
 unit: venv
 	pytest -q tests/unit
 
@@ -69,4 +72,4 @@ reliability: sandbox wheelhouse  ## rolling restart / version change / faults un
 audit: venv  ## the on-call firmware/GPU audit (read-only); INV=inventory/sandbox for the sandbox
 	tools/fw-audit -i $(or $(INV),inventory/production)
 
-test: lint unit parser integration molecule
+test: lint sanity unit parser integration molecule

@@ -25,7 +25,6 @@ the same id).
 """
 from __future__ import absolute_import, division, print_function
 
-import json
 import re
 
 __metaclass__ = type
@@ -390,8 +389,8 @@ def check_host(rdma_nics, rows, policy=None):
     """Verdicts for every device of one host's rdma_nics facts plus a summary."""
     rdma_nics = rdma_nics or {}
     driver = rdma_nics.get("driver") or {}
-    verdicts = [check_device(d, driver, rows, policy) for d in sorted(rdma_nics.get("devices") or [],
-                                                                     key=lambda d: d.get("name") or "")]
+    devices = sorted(rdma_nics.get("devices") or [], key=lambda d: d.get("name") or "")
+    verdicts = [check_device(d, driver, rows, policy) for d in devices]
     failing = [v for v in verdicts if v["severity"] == "fail"]
     warning = [v for v in verdicts if v["severity"] == "warn"]
     counts = {}
@@ -461,8 +460,7 @@ def gpu_fleet(gpu_by_host):
             hv.setdefault(name, set()).add(g.get("vbios_version"))
             link = g.get("nvlink") or {}
             if link.get("links_down"):
-                down.append("GPU %s: %s NVLink links down %s" % (g.get("index"), link["links_down"],
-                                                                  link.get("down_links") or []))
+                down.append("GPU %s: %s NVLink links down %s" % (g.get("index"), link["links_down"], link.get("down_links") or []))
         nvl[host] = down
         per_host[host] = {"driver_version": drv, "gpu_count": topo.get("gpu_count"),
                           "vbios": {k: sorted(str(x) for x in s) for k, s in hv.items()},

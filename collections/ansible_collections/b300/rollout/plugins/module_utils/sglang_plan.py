@@ -220,7 +220,8 @@ def _check_versions(profile, settings, catalogs, pname, errors):
     if not VERSION_RE.match(version):
         errors.append("profile %s: sglang version %r is not pinned; expected an exact X.Y.Z such as %s" % (pname, version, profile.get("sglang_version")))
     if not VERSION_RE.match(router_version):
-        errors.append("profile %s: sglang-router version %r is not pinned; expected an exact X.Y.Z such as %s" % (pname, router_version, profile.get("router_version")))
+        errors.append("profile %s: sglang-router version %r is not pinned; expected an exact X.Y.Z such as %s"
+                      % (pname, router_version, profile.get("router_version")))
     server_catalog = (catalogs or {}).get("server", {}).get(version)
     router_catalog = (catalogs or {}).get("router", {}).get(router_version)
     if VERSION_RE.match(version) and server_catalog is None:

@@ -8,14 +8,23 @@ DOCUMENTATION = r"""
 module: gpu_health_check
 short_description: Gate on GPU health from the gpu_topology fact
 description:
-  - Checks C(gpu_topology) (from M(gpu_topology_facts)) for GPU count and model, NVLink links down, uncorrectable
+  - Checks C(gpu_topology) (from M(b300.rollout.gpu_topology_facts)) for GPU count and model, NVLink links down, uncorrectable
     ECC errors, row-remapping failure or pending, active thermal/power throttling and a fabric state other than
     the expected one.
   - Each check has a policy; V(fail) problems fail the task (one line per problem in C(msg)),
     V(warn) problems become warnings, V(ignore) drops the check.
   - Read-only; runs in check mode too.
 version_added: "0.1.0"
-author: b300-rollout
+author: b300-rollout maintainers (@b300-rollout)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 options:
   gpu_topology:
     description: The C(ansible_facts.gpu_topology) dict of the host.

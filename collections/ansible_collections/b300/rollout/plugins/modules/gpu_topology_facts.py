@@ -21,7 +21,20 @@ description:
     C(topology.gpu_nic) and the case is listed in C(affinity_disagreements).
   - Read-only; runs in check mode too.
 version_added: "0.1.0"
-author: b300-rollout
+author: b300-rollout maintainers (@b300-rollout)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.facts
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+  facts:
+    support: full
+    details: Returns C(ansible_facts.gpu_topology).
 options:
   nvidia_smi_path:
     description: Path of nvidia-smi. Default is to search O(bin_path) first, then PATH.

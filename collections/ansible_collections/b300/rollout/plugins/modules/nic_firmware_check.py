@@ -10,7 +10,7 @@ DOCUMENTATION = r"""
 module: nic_firmware_check
 short_description: Judge ConnectX NIC firmware against the installed mlx5 driver (firmware matrix)
 description:
-  - Takes C(rdma_nics) facts (from M(rdma_nic_facts)) and the firmware matrix rows, and returns one verdict per
+  - Takes C(rdma_nics) facts (from M(b300.rollout.rdma_nic_facts)) and the firmware matrix rows, and returns one verdict per
     device - V(ok), V(mismatch), V(unsupported), V(unknown), V(pending_reset) or V(ignored) - each naming the matrix
     row and the rule that decided it, and what firmware was expected.
   - Single-host mode (O(rdma_nics)) is used by the C(nic_firmware_gate) role; with O(enforce=true) the module fails
@@ -24,7 +24,21 @@ description:
     runner and builders as M(b300.rollout.rdma_nic_facts) and M(b300.rollout.gpu_topology_facts). The module never
     touches the NICs, never flashes firmware, writes no file and always reports C(changed=false).
 version_added: "1.0.0"
-author: b300-rollout
+author: b300-rollout maintainers (@b300-rollout)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.facts
+attributes:
+  check_mode:
+    support: full
+    details: Never changes anything; gather mode only reads the host.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+  facts:
+    support: partial
+    details: Only gather mode with O(as_facts=true) returns C(ansible_facts).
 options:
   rdma_nics:
     description: C(ansible_facts.rdma_nics) of one host (single-host mode). Mutually exclusive with O(hosts).
@@ -63,7 +77,7 @@ options:
   gather:
     description:
       - Gather mode (run on the host) - read the facts named here in ONE module run and return them as
-        C(ansible_facts), with the same content as M(rdma_nic_facts) and M(gpu_topology_facts) (same
+        C(ansible_facts), with the same content as M(b300.rollout.rdma_nic_facts) and M(b300.rollout.gpu_topology_facts) (same
         C(module_utils) builders). The audit uses it to keep one task per host.
       - A source whose tool is missing is returned as C(null) with the reason in C(gather_errors) instead of failing,
         so an audit reports it rather than losing the host.
@@ -82,7 +96,7 @@ options:
     default: /sys
   ofed_info:
     description:
-      - Gather mode - V(always) runs C(ofed_info -s) like M(rdma_nic_facts). V(auto) runs it only when the
+      - Gather mode - V(always) runs C(ofed_info -s) like M(b300.rollout.rdma_nic_facts). V(auto) runs it only when the
         C(mlx5_core) module version cannot tell DOCA-OFED from MLNX_OFED by itself (versions older than 25.x);
         C(rdma_nics.driver.ofed_info) is then null. The audit uses V(auto) (one emulated tool call less per host).
     type: str

@@ -15,7 +15,20 @@ description:
     fabric-manager ConnectX-7 of an HGX B300 the role C(fabric_manager) (never usable for data).
   - Read-only; runs in check mode too.
 version_added: "0.1.0"
-author: b300-rollout
+author: b300-rollout maintainers (@b300-rollout)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.facts
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+  facts:
+    support: full
+    details: Returns C(ansible_facts.rdma_nics).
 options:
   bin_path:
     description: Directories searched for ofed_info and mlxfwmanager before PATH (the C(hw_bin_path) inventory variable).
