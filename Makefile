@@ -10,7 +10,7 @@ N ?= 2
 PROFILE ?= kimi_k3
 SANDBOX_INV := inventory/sandbox
 
-.PHONY: help deps venv image wheelhouse sandbox sandbox-down demo test lint unit parser integration molecule thermal audit reliability ee
+.PHONY: help deps venv image wheelhouse sandbox sandbox-down demo test lint sanity unit parser integration molecule thermal audit reliability ee acceptance
 
 help:
 	@echo "make demo      bring up the sandbox (2 emulated B300 hosts) and run site.yml -l b300a,b300b on it (PROFILE=kimi_k3|glm52_pd)"
@@ -44,6 +44,9 @@ lint: venv
 	yamllint -s .
 	ansible-lint
 
+sanity: venv  ## ansible-test sanity on the collection (first run installs the tools, ~3 min; then ~35-65 s)
+	tools/sanity.sh
+
 unit: venv
 	pytest -q tests/unit
 
@@ -73,6 +76,6 @@ audit: venv  ## the on-call firmware/GPU audit (read-only); INV=inventory/sandbo
 	tools/fw-audit -i $(or $(INV),inventory/production)
 
 # each part's time is printed at the end (and kept in artifacts/test-times.txt)
-TEST_PARTS ?= lint unit parser integration molecule
+TEST_PARTS ?= lint sanity unit parser integration molecule
 test: venv
 	tools/test-parts.sh $(TEST_PARTS)

@@ -227,7 +227,26 @@ provision() {
 source_hashes() {
   HW_HASH="" STUB_HASH=""
   [ ! -d "$ROOT/sandbox/hwemu" ] || HW_HASH=$(tree_hash "$ROOT/sandbox/hwemu")
-  [ ! -d "$ROOT/sandbox/sglang_stub" ] || STUB_HASH=$(tree_hash "$ROOT/sandbox/sglang_stub")
+  [ ! -d "$ROOT/sandbox/sglang_stub" ] || STUB_HASH=$(cd "$ROOT" && stub_files | xargs -r -d '\n' sha256sum | sha256sum | cut -c1-16)
+}
+
+# The stub's files (paths relative to ROOT): sandbox/sglang_stub, plus the one copy of the SGLang option catalogs
+# (roles/sglang/files/options/server-options-*.json -> options/) and of the argparse prefix rule (module_utils/
+# argparse_abbrev.py -> argparse_abbrev.py), placed next to the stub on the host.
+STUB_ABBREV=collections/ansible_collections/b300/rollout/plugins/module_utils/argparse_abbrev.py
+stub_files() {
+  tree_files "$ROOT/sandbox/sglang_stub" | sed 's|^|sandbox/sglang_stub/|'
+  tree_files "$ROOT/roles/sglang/files/options" | grep '^server-options-.*\.json$' | sed 's|^|roles/sglang/files/options/|'
+  echo "$STUB_ABBREV"
+}
+
+copy_stub() {
+  local c=$1 hash=$2
+  (cd "$ROOT" && stub_files) |
+    tar -C "$ROOT" --owner=0 --group=0 --verbatim-files-from -T - -cf - \
+      --transform 's|^sandbox/sglang_stub/||' --transform 's|^roles/sglang/files/options/|options/|' \
+      --transform "s|^$STUB_ABBREV\$|argparse_abbrev.py|" |
+    untar_into "$c" /opt/sglang-stub "$hash"
 }
 
 # provision_container CONTAINER SCENARIO MODE: also used by molecule/_shared/prepare.yml for molecule's containers.
@@ -248,7 +267,7 @@ provision_container() {
     log "$h: /opt/hwemu updated ($hw_hash)"
   fi
   if [ -n "$stub_hash" ] && [ "$have_stub" != "$stub_hash" ]; then
-    copy_tree "$c" "$ROOT/sandbox/sglang_stub" /opt/sglang-stub "$stub_hash"
+    copy_stub "$c" "$stub_hash"
     log "$h: /opt/sglang-stub updated ($stub_hash)"
   fi
   if [ "$has_tool" = yes ] && [ "$have_scn" != "$want_scn" ] && { [ "$mode" = force ] || [ "$have_scn" = - ]; }; then
@@ -260,8 +279,13 @@ provision_container() {
 
 copy_tree() {
   local c=$1 src=$2 dst=$3 hash=$4
-  tree_files "$src" | tar -C "$src" --owner=0 --group=0 --verbatim-files-from -T - -cf - |
-    podman exec -i "$c" sh -c "set -e; rm -rf '$dst.new'; mkdir -p '$dst.new'; tar -C '$dst.new' -xf -;
+  tree_files "$src" | tar -C "$src" --owner=0 --group=0 --verbatim-files-from -T - -cf - | untar_into "$c" "$dst" "$hash"
+}
+
+# untar_into CONTAINER DST HASH: replace DST in the container by the tar on stdin, recording HASH
+untar_into() {
+  local c=$1 dst=$2 hash=$3
+  podman exec -i "$c" sh -c "set -e; rm -rf '$dst.new'; mkdir -p '$dst.new'; tar -C '$dst.new' -xf -;
       echo '$hash' > '$dst.new/.b300-tree'; rm -rf '$dst'; mv '$dst.new' '$dst'"
 }
 

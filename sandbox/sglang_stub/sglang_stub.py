@@ -39,7 +39,17 @@ from decimal import Decimal
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-OPTIONS_DIR = os.environ.get("SGLANG_STUB_OPTIONS_DIR", os.path.join(HERE, "options"))
+# In the repository the stub uses the role's option catalogs and the collection's argparse_abbrev.py (one copy of
+# each); sandbox/fleet.sh ships both next to the stub on the hosts (/opt/sglang-stub/options, argparse_abbrev.py).
+_REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
+_REPO_OPTIONS = os.path.join(_REPO, "roles", "sglang", "files", "options")
+OPTIONS_DIR = os.environ.get("SGLANG_STUB_OPTIONS_DIR") or (
+    os.path.join(HERE, "options") if os.path.isdir(os.path.join(HERE, "options")) else _REPO_OPTIONS)
+try:
+    import argparse_abbrev  # shipped next to the stub by fleet.sh
+except ImportError:
+    sys.path.insert(0, os.path.join(_REPO, "collections"))
+    from ansible_collections.b300.rollout.plugins.module_utils import argparse_abbrev
 PROG = "sglang serve"
 KNOWN_FAULTS = ("unhealthy", "error500", "hang", "die_after_load")
 
@@ -202,19 +212,7 @@ def build_parser(catalog, prog=PROG):
 def abbreviations(parser, argv):
     """[(used, long_form)] for each unique-prefix option in argv (argparse allow_abbrev accepts them)."""
     opts = parser._option_string_actions  # pylint: disable=protected-access
-    out = []
-    for tok in argv:
-        if tok == "--":
-            break
-        if not tok.startswith("--") or len(tok) < 3:
-            continue
-        name = tok.split("=", 1)[0]
-        if name in opts:
-            continue
-        matches = [o for o in opts if o.startswith(name)]
-        if len(matches) == 1:
-            out.append((name, matches[0]))
-    return out
+    return [(a["used"], a["long"]) for a in argparse_abbrev.abbreviations(argv, opts)]
 
 
 def deprecated_used(catalog, argv):

@@ -69,7 +69,7 @@ def seeds():
 
 
 def catalog(version):
-    return json.loads((STUB_DIR / "options" / ("server-options-%s.json" % version)).read_text())
+    return json.loads((ROOT / "roles" / "sglang" / "files" / "options" / ("server-options-%s.json" % version)).read_text())
 
 
 # ------------------------------------------------------------------------------------------------ seed lines

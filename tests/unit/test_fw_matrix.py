@@ -267,6 +267,14 @@ def _gpu(driver="580.159.04", vbios="97.10.4A.00.01", down=0):
     return {"driver_version": driver, "gpu_count": 8, "gpus": gpus, "problems": []}
 
 
+def render_report(template, report, **extra):
+    """Render playbooks/templates/<template> as the firmware audit does (Ansible's template defaults: trim_blocks)."""
+    import jinja2
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(ROOT / "playbooks" / "templates")), trim_blocks=True,
+                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    return env.get_template(template).render(audit_report=json.loads(json.dumps(report)), **extra)
+
+
 def test_fleet_audit_report_and_exit_codes(rows, tmp_path):
     hosts = {
         "b300a": {"status": "ok", "rdma_nics": facts(b300_host()), "gpu_topology": _gpu()},
@@ -276,15 +284,14 @@ def test_fleet_audit_report_and_exit_codes(rows, tmp_path):
     bad = [r for r in rep["nic_rows"] if r["verdict"] != "ok" and r["verdict"] != "ignored"]
     assert [(r["host"], r["device"], r["verdict"]) for r in bad] == [("b300b", "mlx5_3", "mismatch")]
     assert rep["summary"]["exit_code"] == 2 and rep["gpu"]["problems"] == []
-    md = fm.render_markdown(rep)
+    md = render_report("firmware_audit.md.j2", rep)
     assert "| host | device | model | PCI | fw | driver | verdict | rule | expected |" in md
     assert "| b300b | mlx5_3 | ConnectX-8 | 0000:1d:00.0 | 40.44.1036 | doca_ofed 25.10-1.2.2 | mismatch |" in md
-    json.loads(fm.to_json(rep))
-    prom = fm.render_prometheus("b300b", rep)
+    prom = render_report("firmware_audit.prom.j2", rep, audit_prom_host="b300b")
     assert 'b300_nic_firmware_ok{host="b300b"} 0' in prom
     assert 'device="mlx5_3",model="ConnectX-8",pci="0000:1d:00.0",fw="40.44.1036",driver="doca_ofed 25.10-1.2.2",' \
            'verdict="mismatch"} 1' in prom
-    assert 'b300_nic_firmware_ok{host="b300a"} 1' in fm.render_prometheus("b300a", rep)
+    assert 'b300_nic_firmware_ok{host="b300a"} 1' in render_report("firmware_audit.prom.j2", rep, audit_prom_host="b300a")
 
     healthy = fm.audit_fleet({"b300a": hosts["b300a"]}, rows)
     assert healthy["summary"]["exit_code"] == 0
@@ -293,7 +300,7 @@ def test_fleet_audit_report_and_exit_codes(rows, tmp_path):
     hosts["b300c"] = {"unreachable": True, "msg": "ssh: connect to host 10.89.30.99 port 22: No route to host"}
     rep3 = fm.audit_fleet(hosts, rows)
     assert rep3["hosts"]["b300c"]["status"] == "unreachable" and rep3["summary"]["exit_code"] == 3
-    assert "| b300c | - | - | - | - | - | unreachable |" in fm.render_markdown(rep3)
+    assert "| b300c | - | - | - | - | - | unreachable |" in render_report("firmware_audit.md.j2", rep3)
 
 
 def test_registered_results_are_understood(rows):

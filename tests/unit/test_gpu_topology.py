@@ -279,13 +279,33 @@ def test_health_real_2xh200_only_model_and_count(real_fixtures):
 
 
 def test_health_policies_warn_and_ignore():
-    t = gt.build_gpu_topology(synth.b300_xml(n=7, throttle={1: ["sw_power_cap"]}), synth.b300_topo(n=7),
+    t = gt.build_gpu_topology(synth.b300_xml(n=7, throttle={1: ["hw_slowdown"]}), synth.b300_topo(n=7),
                               synth.b300_nvlink(n=7, down={4: [0]}))
     probs = gt.health_problems(t, B300, policies={"throttle": "warn", "nvlink": "ignore"}, host="b300b")
     assert [(p["check"], p["severity"], p["gpu"]) for p in probs] == [("gpu_count", "fail", None),
                                                                       ("throttle", "warn", 1)]
     assert probs[1]["pci"] == synth.gpu_pci(1)
-    assert probs[1]["actual"] == ["sw_power_cap"]
+    assert probs[1]["actual"] == ["hw_slowdown"]
+
+
+def test_sw_power_cap_on_a_loaded_gpu_is_information_not_a_problem():
+    # issue 12 item 9: a serving GPU sits at its power cap; hardware slowdown is a real problem
+    t = gt.build_gpu_topology(synth.b300_xml(throttle={1: ["sw_power_cap"], 3: ["sw_power_cap", "hw_slowdown"]}),
+                              synth.b300_topo(), synth.b300_nvlink())
+    probs = gt.health_problems(t, B300, host="b300a")
+    assert [(p["check"], p["gpu"], p["actual"]) for p in probs] == [("throttle", 3, ["hw_slowdown"])]
+    assert t["gpus"][1]["throttled"] is False and t["gpus"][3]["throttled"] is True
+    notes = gt.health_notes(t, B300, host="b300a")
+    assert len(notes) == 2 and notes[0].startswith("b300a: GPU 1 (") and "sw_power_cap" in notes[0]
+    # the list is data: counting sw_power_cap again makes it a problem
+    strict = dict(B300, throttle_reasons=list(gt.DEFAULT_GATE_THROTTLE_REASONS) + ["sw_power_cap"])
+    assert [p["gpu"] for p in gt.health_problems(t, strict)] == [1, 3]
+    assert gt.health_notes(t, strict) == []
+
+
+def test_gate_and_thermal_soak_count_the_same_reasons():
+    from ansible_collections.b300.rollout.plugins.module_utils import thermal
+    assert set(gt.DEFAULT_GATE_THROTTLE_REASONS) == set(thermal.DEFAULT_THROTTLE_REASONS)
 
 
 def test_health_remap_failure_message():

@@ -462,3 +462,37 @@ def test_exec_start_quoting_round_trips():
 
 def test_model_root_required():
     assert "sglang_model_root is empty" in errors_of("kimi_k3", model_root="")
+
+
+# ---------- SGLANG_HOST_IP: the PD bootstrap and Mooncake handshake bind to the advertise address ----------
+
+def test_every_instance_sets_sglang_host_ip_to_its_hosts_advertise_address():
+    p = plan("glm52_pd")
+    assert p["errors"] == []
+    by = by_name(p)
+    assert by[("b300a", "P0")]["env"]["SGLANG_HOST_IP"] == "10.89.30.11"
+    assert by[("b300b", "D0")]["env"]["SGLANG_HOST_IP"] == "10.89.30.12"
+    for inst in p["instances"]:
+        # the same address the router's worker URLs use, and never part of the argv
+        assert inst["url"].startswith("http://%s:" % inst["env"]["SGLANG_HOST_IP"])
+        assert not any("SGLANG_HOST_IP" in a for a in inst["argv"])
+    assert p["warnings"] == []
+
+
+def test_sglang_host_ip_from_an_override_wins_and_a_name_address_warns():
+    hl = hosts("glm52_pd", overrides={"b300a": {"P0": {"env": {"SGLANG_HOST_IP": "192.0.2.7"}}}})
+    hl[1]["address"] = "b300b.example"
+    p = plan("glm52_pd", host_list=hl)
+    by = by_name(p)
+    assert by[("b300a", "P0")]["env"]["SGLANG_HOST_IP"] == "192.0.2.7"
+    assert by[("b300a", "P1")]["env"]["SGLANG_HOST_IP"] == "10.89.30.11"
+    assert "SGLANG_HOST_IP" not in by[("b300b", "D0")]["env"]
+    assert any("b300b/D0" in w and "b300b.example" in w and "sglang_advertise_address" in w for w in p["warnings"])
+
+
+def test_bootstrap_port_is_base_plus_instance_number_unless_overridden():
+    role = {"bootstrap_port_base": 8998}
+    assert sp.instance_port(role, {}, 0, "bootstrap_port") == 8998
+    assert sp.instance_port(role, {}, 1, "bootstrap_port") == 8999
+    assert sp.instance_port(role, {"bootstrap_port": 9100}, 1, "bootstrap_port") == 9100
+    assert sp.instance_port({}, {}, 1, "nccl_port") is None

@@ -41,7 +41,7 @@ def test_catalogs_are_the_reference_dumps():
         # provenance check only: the catalogs themselves are in the repository (and checked by the parser tests)
         pytest.skip("reference dumps (../shared/reference/sglang) not next to this checkout: provenance not checked")
     for ver in ("0.5.17", "0.5.18"):
-        mine = json.loads((STUB_DIR / "options" / ("server-options-%s.json" % ver)).read_text())
+        mine = json.loads((pathlib.Path(st.OPTIONS_DIR) / ("server-options-%s.json" % ver)).read_text())
         assert mine == json.loads((ref / ("server-options-%s.json" % ver)).read_text())
 
 

@@ -8,6 +8,10 @@ mlx5_0,mlx5_1. The SGLang version per model comes from the seed's table: GLM-5.2
 """
 import os
 import re
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "collections"))
+from ansible_collections.b300.rollout.plugins.module_utils import argparse_abbrev  # noqa: E402  pylint: disable=wrong-import-position
 
 SEED_NAME = "000_41a8a3efb3bcc347.txt"
 EXTRACT = os.path.join("tests", "fixtures", "seed", "000_41a8a3efb3bcc347-commands.txt")
@@ -60,15 +64,7 @@ def serve_commands(text):
 
 def long_names(argv, catalog):
     """Replace argparse prefix abbreviations (--tp, --dp) by the unique long option of the catalog."""
-    out = []
-    for tok in argv:
-        if tok.startswith("--") and tok.split("=", 1)[0] not in catalog:
-            name = tok.split("=", 1)[0]
-            matches = [o for o in catalog if o.startswith(name)]
-            if len(matches) == 1:
-                tok = matches[0] + tok[len(name):]
-        out.append(tok)
-    return out
+    return argparse_abbrev.long_names(argv, catalog)
 
 
 def load(root):

@@ -92,21 +92,43 @@ def build_parser(server_args_cls):
     return parser
 
 
-def abbreviations(parser, argv):
-    opts = parser._option_string_actions  # pylint: disable=protected-access
+# --- begin argparse_abbrev: a copy of collections/ansible_collections/b300/rollout/plugins/module_utils/argparse_abbrev.py
+# (this file runs alone through ansible.builtin.script; tests/unit/test_one_copy.py keeps the copy exact)
+def prefix_matches(name, options):
+    """Options (sorted) that start with `name`, e.g. --tp -> [--tp-size]."""
+    return sorted(o for o in options if o.startswith(name))
+
+
+def expand(name, options):
+    """The long option argparse would take `name` for: None when `name` is an option itself, or no unique prefix."""
+    if name in options or not name.startswith("--") or len(name) < 3:
+        return None
+    matches = prefix_matches(name, options)
+    return matches[0] if len(matches) == 1 else None
+
+
+def abbreviations(argv, options):
+    """[{"used": "--tp", "long": "--tp-size"}] for each abbreviated option in argv (up to a bare --)."""
     found = []
     for tok in argv:
         if tok == "--":
             break
-        if not tok.startswith("--") or len(tok) < 3:
-            continue
         name = tok.split("=", 1)[0]
-        if name in opts:
-            continue
-        matches = [o for o in opts if o.startswith(name)]
-        if len(matches) == 1:
-            found.append({"used": name, "long": matches[0]})
+        long_name = expand(name, options)
+        if long_name:
+            found.append({"used": name, "long": long_name})
     return found
+
+
+def long_names(argv, options):
+    """argv with every abbreviated option written out (`--tp=4` -> `--tp-size=4`)."""
+    out = []
+    for tok in argv:
+        name = tok.split("=", 1)[0]
+        long_name = expand(name, options)
+        out.append(long_name + tok[len(name):] if long_name else tok)
+    return out
+# --- end argparse_abbrev
 
 
 def check_one(argv, server_args_cls, serve_mod, version):
@@ -150,7 +172,7 @@ def check_one(argv, server_args_cls, serve_mod, version):
     except Exception as exc:  # pylint: disable=broad-except  (config merge errors and the like)
         result["error"] = "%s: %s" % (type(exc).__name__, exc)
         return result
-    result["abbreviations"] = abbreviations(parser, argv2)
+    result["abbreviations"] = abbreviations(argv2, parser._option_string_actions)  # pylint: disable=protected-access
     result["warnings"] = ["%s is an argparse prefix abbreviation of %s: render the long name"
                           % (a["used"], a["long"]) for a in result["abbreviations"]]
     result.update(ok=True, rc=EXIT_OK)

@@ -25,7 +25,6 @@ the same id).
 """
 from __future__ import absolute_import, division, print_function
 
-import json
 import re
 
 __metaclass__ = type
@@ -390,8 +389,8 @@ def check_host(rdma_nics, rows, policy=None):
     """Verdicts for every device of one host's rdma_nics facts plus a summary."""
     rdma_nics = rdma_nics or {}
     driver = rdma_nics.get("driver") or {}
-    verdicts = [check_device(d, driver, rows, policy) for d in sorted(rdma_nics.get("devices") or [],
-                                                                     key=lambda d: d.get("name") or "")]
+    devices = sorted(rdma_nics.get("devices") or [], key=lambda d: d.get("name") or "")
+    verdicts = [check_device(d, driver, rows, policy) for d in devices]
     failing = [v for v in verdicts if v["severity"] == "fail"]
     warning = [v for v in verdicts if v["severity"] == "warn"]
     counts = {}
@@ -461,8 +460,7 @@ def gpu_fleet(gpu_by_host):
             hv.setdefault(name, set()).add(g.get("vbios_version"))
             link = g.get("nvlink") or {}
             if link.get("links_down"):
-                down.append("GPU %s: %s NVLink links down %s" % (g.get("index"), link["links_down"],
-                                                                  link.get("down_links") or []))
+                down.append("GPU %s: %s NVLink links down %s" % (g.get("index"), link["links_down"], link.get("down_links") or []))
         nvl[host] = down
         per_host[host] = {"driver_version": drv, "gpu_count": topo.get("gpu_count"),
                           "vbios": {k: sorted(str(x) for x in s) for k, s in hv.items()},
@@ -555,71 +553,3 @@ def exit_code(unreachable, failing, gpu_problems):
     if failing or gpu_problems:
         return 2
     return 0
-
-
-def _md(text):
-    return str("-" if text is None or text == "" else text).replace("|", "\\|").replace("\n", " ")
-
-
-def render_markdown(report, title="NIC firmware / GPU audit"):
-    lines = ["# %s" % title, ""]
-    s = report["summary"]
-    lines.append("Hosts: %d; unreachable/failed: %s; failing: %s; verdicts: %s; exit code %d" % (
-        s["hosts"], ", ".join(s["unreachable_or_failed"]) or "none", ", ".join(s["failing"]) or "none",
-        ", ".join("%s=%d" % kv for kv in sorted(s["verdicts"].items())) or "none", s["exit_code"]))
-    lines += ["", "## NICs", "",
-              "| host | device | model | PCI | fw | driver | verdict | rule | expected |",
-              "|---|---|---|---|---|---|---|---|---|"]
-    for r in report["nic_rows"]:
-        fw = r["fw"] if not r.get("fw_pending") else "%s (flashed %s)" % (r["fw"], r["fw_pending"])
-        lines.append("| %s |" % " | ".join(_md(x) for x in (
-            r["host"], r["device"], r["model"], r["pci_address"], fw,
-            "%s %s" % (r["driver_flavour"], r["driver_version"]), r["verdict"],
-            ("%s: %s" % (r["row"], r["rule"])) if r["row"] else r["rule"], r["expected"])))
-    for host, e in sorted(report["hosts"].items()):
-        if e["status"] in ("unreachable", "failed"):
-            lines.append("| %s | - | - | - | - | - | %s | - | %s |" % (_md(host), e["status"], _md(e["msg"])[:200]))
-    g = report["gpu"]
-    lines += ["", "## GPUs", "", "| host | GPU driver | GPUs | VBIOS | NVLink links down |", "|---|---|---|---|---|"]
-    for host, h in sorted(g["hosts"].items()):
-        lines.append("| %s |" % " | ".join(_md(x) for x in (
-            host, h["driver_version"], h["gpu_count"],
-            "; ".join("%s: %s" % (m, ",".join(v)) for m, v in sorted(h["vbios"].items())),
-            h["nvlink_links_down"])))
-    lines += ["", "GPU problems: " + ("none" if not g["problems"] else ""), ""]
-    lines += ["- %s" % p for p in g["problems"]]
-    msgs = [m for e in report["hosts"].values() for m in e.get("messages", [])]
-    if msgs:
-        lines += ["", "## Findings", ""] + ["- %s" % m for m in msgs]
-    return "\n".join(lines).rstrip() + "\n"
-
-
-def _prom_label(v):
-    return str("" if v is None else v).replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ")
-
-
-def render_prometheus(host, report):
-    """node_exporter textfile content for one host."""
-    lines = ["# HELP b300_nic_firmware_verdict NIC firmware vs mlx5 driver verdict (1 per device)",
-             "# TYPE b300_nic_firmware_verdict gauge"]
-    ok = 1
-    for r in report["nic_rows"]:
-        if r["host"] != host:
-            continue
-        labels = ",".join('%s="%s"' % (k, _prom_label(v)) for k, v in (
-            ("host", host), ("device", r["device"]), ("model", r["model"]), ("pci", r["pci_address"]),
-            ("fw", r["fw"]), ("driver", "%s %s" % (r["driver_flavour"], r["driver_version"])),
-            ("verdict", r["verdict"])))
-        lines.append("b300_nic_firmware_verdict{%s} 1" % labels)
-        if r["severity"] != "ok":
-            ok = 0
-    status = report["hosts"].get(host, {}).get("status")
-    if status not in ("ok", "warn"):
-        ok = 0
-    lines += ["# HELP b300_nic_firmware_ok 1 when every data NIC of the host passes the firmware gate",
-              "# TYPE b300_nic_firmware_ok gauge", 'b300_nic_firmware_ok{host="%s"} %d' % (_prom_label(host), ok)]
-    return "\n".join(lines) + "\n"
-
-
-def to_json(report):
-    return json.dumps(report, indent=2, sort_keys=True, default=str)

@@ -24,8 +24,9 @@ import xml.etree.ElementTree as ET
 ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 NA_VALUES = {"", "n/a", "[n/a]", "not supported", "[not supported]", "unknown error", "none", "not available"}
 
-# clock event reasons that mean the GPU is actively being slowed down (gpu_idle, sync_boost,
-# applications/display clock settings are not throttling)
+# clock event reasons that mean the GPU's clocks are being held down (gpu_idle, sync_boost,
+# applications/display clock settings are not); the gate and the fact's `throttled` count only
+# DEFAULT_GATE_THROTTLE_REASONS (sw_power_cap is normal on a loaded GPU)
 THROTTLE_REASONS = (
     "sw_power_cap",
     "hw_slowdown",
@@ -274,7 +275,7 @@ def parse_smi_xml(text):
         entry.update({
             "power_limit_w": _power_limit(gpu),
             "clock_event_reasons_active": reasons,
-            "throttled": any(r in THROTTLE_REASONS for r in reasons),
+            "throttled": any(r in DEFAULT_GATE_THROTTLE_REASONS for r in reasons),
             "ecc": _ecc(gpu),
             "retired_pages": _retired_pages(gpu),
             "remapped_rows": _remapped_rows(gpu),
@@ -667,77 +668,139 @@ def build_gpu_topology(xml_text, topo_text, nvlink_text, sysfs_root="/sys", bann
 
 HEALTH_CHECKS = ("gpu_count", "gpu_model", "nvlink", "ecc", "remapped_rows", "throttle", "fabric")
 
+# Clock-event reasons the gate counts as throttling: hardware slowdown, thermal and power brake. sw_power_cap is not
+# among them: a loaded GPU sits at its power cap by design (the thermal soak does not count it either); it is reported
+# as information (health_notes), not as a problem. expected.throttle_reasons replaces this list.
+DEFAULT_GATE_THROTTLE_REASONS = ("hw_slowdown", "hw_thermal_slowdown", "sw_thermal_slowdown", "hw_power_brake_slowdown")
+
+
+class _Problems(object):
+    """Collects problem dicts; the policy of each check decides its severity (or drops it)."""
+
+    def __init__(self, policies, host):
+        self.policies = policies or {}
+        self.host = host
+        self.items = []
+
+    def add(self, check, gpu, exp, actual, text):
+        severity = self.policies.get(check, "fail")
+        if severity == "ignore":
+            return
+        prefix = "%s: " % self.host if self.host else ""
+        where = "GPU %s (%s): " % (gpu["index"], gpu.get("pci_bus_id")) if gpu is not None else ""
+        self.items.append({
+            "host": self.host, "gpu": gpu["index"] if gpu is not None else None,
+            "pci": gpu.get("pci_bus_id") if gpu is not None else None,
+            "check": check, "severity": severity, "expected": exp, "actual": actual,
+            "message": "%s%s%s" % (prefix, where, text),
+        })
+
+
+def _check_gpu_count(gpu_topology, gpus, expected, out):
+    exp_count = expected.get("gpu_count")
+    count = gpu_topology.get("gpu_count", len(gpus))
+    if exp_count is not None and count != exp_count:
+        out.add("gpu_count", None, exp_count, count, "%d GPUs visible to nvidia-smi, expected %d" % (count, exp_count))
+
+
+def _check_gpu_model(g, expected, out):
+    exp_model = expected.get("gpu_model")
+    if exp_model and g.get("name") != exp_model:
+        out.add("gpu_model", g, exp_model, g.get("name"), "model %r, expected %r" % (g.get("name"), exp_model))
+
+
+def _check_nvlink(g, expected, out):
+    exp_links = expected.get("nvlink_links")
+    nv = g.get("nvlink") or {}
+    down = nv.get("down_links") or []
+    up = nv.get("links_up") or 0
+    if not down and not (exp_links is not None and up < exp_links):
+        return
+    exp_txt = exp_links if exp_links is not None else nv.get("links_total")
+    missing = (exp_links - (nv.get("links_total") or 0)) if exp_links is not None else 0
+    detail = "links %s" % ", ".join(str(n) for n in down) if down else "no inactive links listed"
+    if missing > 0:
+        detail += "; %d links not reported" % missing
+    out.add("nvlink", g, exp_txt, up, "%d NVLink links down (%s); expected %s links up, %d up" % (
+        (exp_txt or 0) - up if exp_txt is not None else len(down), detail, exp_txt, up))
+
+
+def _check_ecc(g, out):
+    ecc = g.get("ecc") or {}
+    vol = ecc.get("volatile_uncorrectable") or 0
+    agg = ecc.get("aggregate_uncorrectable") or 0
+    if vol or agg:
+        out.add("ecc", g, 0, {"volatile": vol, "aggregate": agg},
+                "uncorrectable ECC errors: volatile %d, aggregate %d; expected 0" % (vol, agg))
+
+
+def _check_remapped_rows(g, out):
+    rr = g.get("remapped_rows") or {}
+    if rr.get("failure") or rr.get("pending"):
+        what = " and ".join(w for w, flag in (("remap failure", rr.get("failure")),
+                                              ("remap pending (reset needed)", rr.get("pending"))) if flag)
+        out.add("remapped_rows", g, "no failure, no pending", {"failure": rr.get("failure"), "pending": rr.get("pending")},
+                "row remapping: %s (%s uncorrectable rows remapped); expected no failure and nothing pending" % (
+                    what, rr.get("uncorrectable")))
+
+
+def gate_throttle_reasons(expected):
+    """The clock-event reasons the gate counts: expected.throttle_reasons, else DEFAULT_GATE_THROTTLE_REASONS."""
+    reasons = (expected or {}).get("throttle_reasons")
+    return tuple(reasons) if reasons is not None else DEFAULT_GATE_THROTTLE_REASONS
+
+
+def _check_throttle(g, expected, out):
+    counted = gate_throttle_reasons(expected)
+    active = [r for r in g.get("clock_event_reasons_active") or [] if r in counted]
+    if active:
+        out.add("throttle", g, [], active, "clocks throttled by %s (temperature %s C, power limit %s W); expected none" % (
+            ", ".join(active), g.get("temperature_c"), g.get("power_limit_w")))
+
+
+def _check_fabric(g, expected, out):
+    exp_fabric = expected.get("fabric_state", "Completed")
+    state = (g.get("fabric") or {}).get("state")
+    if exp_fabric and state != exp_fabric and (state is not None or expected.get("fabric_required")):
+        out.add("fabric", g, exp_fabric, state, "fabric state %s (status %s), expected %s" % (
+            state if state is not None else "not reported", (g.get("fabric") or {}).get("status") or "N/A",
+            exp_fabric))
+
 
 def health_problems(gpu_topology, expected=None, policies=None, host=None):
     """Check a ``gpu_topology`` fact; return a list of problem dicts.
 
     expected: {gpu_count: int|None, gpu_model: str|None, nvlink_links: int|None (links per GPU),
                fabric_state: str (default "Completed"), fabric_required: bool (default False: a GPU that
-               reports no fabric state at all passes)}. Missing keys -> that expectation is not checked
+               reports no fabric state at all passes), throttle_reasons: [str] (default
+               DEFAULT_GATE_THROTTLE_REASONS)}. Missing keys -> that expectation is not checked
                (the NVLink check then only reports links listed as inactive).
     policies: {check: "fail"|"warn"|"ignore"} for the checks in HEALTH_CHECKS (default "fail").
     Each problem: {host, gpu, pci, check, severity, expected, actual, message}; gpu/pci are None for
     host-wide checks. Problems whose policy is "ignore" are dropped.
     """
     expected = expected or {}
-    policies = policies or {}
     gpus = gpu_topology.get("gpus") or []
-    problems = []
-    prefix = "%s: " % host if host else ""
-
-    def add(check, gpu, exp, actual, text):
-        severity = policies.get(check, "fail")
-        if severity == "ignore":
-            return
-        where = "GPU %s (%s): " % (gpu["index"], gpu.get("pci_bus_id")) if gpu is not None else ""
-        problems.append({
-            "host": host, "gpu": gpu["index"] if gpu is not None else None,
-            "pci": gpu.get("pci_bus_id") if gpu is not None else None,
-            "check": check, "severity": severity, "expected": exp, "actual": actual,
-            "message": "%s%s%s" % (prefix, where, text),
-        })
-
-    exp_count = expected.get("gpu_count")
-    count = gpu_topology.get("gpu_count", len(gpus))
-    if exp_count is not None and count != exp_count:
-        add("gpu_count", None, exp_count, count, "%d GPUs visible to nvidia-smi, expected %d" % (count, exp_count))
-    exp_model = expected.get("gpu_model")
-    exp_links = expected.get("nvlink_links")
-    exp_fabric = expected.get("fabric_state", "Completed")
+    out = _Problems(policies, host)
+    _check_gpu_count(gpu_topology, gpus, expected, out)
     for g in gpus:
-        if exp_model and g.get("name") != exp_model:
-            add("gpu_model", g, exp_model, g.get("name"), "model %r, expected %r" % (g.get("name"), exp_model))
-        nv = g.get("nvlink") or {}
-        down = nv.get("down_links") or []
-        up = nv.get("links_up") or 0
-        if down or (exp_links is not None and up < exp_links):
-            exp_txt = exp_links if exp_links is not None else nv.get("links_total")
-            missing = (exp_links - (nv.get("links_total") or 0)) if exp_links is not None else 0
-            detail = "links %s" % ", ".join(str(n) for n in down) if down else "no inactive links listed"
-            if missing > 0:
-                detail += "; %d links not reported" % missing
-            add("nvlink", g, exp_txt, up, "%d NVLink links down (%s); expected %s links up, %d up" % (
-                (exp_txt or 0) - up if exp_txt is not None else len(down), detail, exp_txt, up))
-        ecc = g.get("ecc") or {}
-        vol = ecc.get("volatile_uncorrectable") or 0
-        agg = ecc.get("aggregate_uncorrectable") or 0
-        if vol or agg:
-            add("ecc", g, 0, {"volatile": vol, "aggregate": agg},
-                "uncorrectable ECC errors: volatile %d, aggregate %d; expected 0" % (vol, agg))
-        rr = g.get("remapped_rows") or {}
-        if rr.get("failure") or rr.get("pending"):
-            what = " and ".join(w for w, flag in (("remap failure", rr.get("failure")),
-                                                  ("remap pending (reset needed)", rr.get("pending"))) if flag)
-            add("remapped_rows", g, "no failure, no pending", {"failure": rr.get("failure"), "pending": rr.get("pending")},
-                "row remapping: %s (%s uncorrectable rows remapped); expected no failure and nothing pending" % (
-                    what, rr.get("uncorrectable")))
-        if g.get("throttled"):
-            active = [r for r in g.get("clock_event_reasons_active") or [] if r in THROTTLE_REASONS]
-            add("throttle", g, [], active, "clocks throttled by %s (temperature %s C, power limit %s W); expected none" % (
-                ", ".join(active), g.get("temperature_c"), g.get("power_limit_w")))
-        state = (g.get("fabric") or {}).get("state")
-        if exp_fabric and state != exp_fabric and (state is not None or expected.get("fabric_required")):
-            add("fabric", g, exp_fabric, state, "fabric state %s (status %s), expected %s" % (
-                state if state is not None else "not reported", (g.get("fabric") or {}).get("status") or "N/A",
-                exp_fabric))
-    return problems
+        _check_gpu_model(g, expected, out)
+        _check_nvlink(g, expected, out)
+        _check_ecc(g, out)
+        _check_remapped_rows(g, out)
+        _check_throttle(g, expected, out)
+        _check_fabric(g, expected, out)
+    return out.items
+
+
+def health_notes(gpu_topology, expected=None, host=None):
+    """Information that is not a problem: clock-event reasons active but not gated (sw_power_cap on a loaded GPU)."""
+    counted = gate_throttle_reasons(expected)
+    prefix = "%s: " % host if host else ""
+    notes = []
+    for g in gpu_topology.get("gpus") or []:
+        other = [r for r in g.get("clock_event_reasons_active") or [] if r in THROTTLE_REASONS and r not in counted]
+        if other:
+            notes.append("%sGPU %s (%s): clock-event reason(s) %s active (normal under load; not gated)"
+                         % (prefix, g["index"], g.get("pci_bus_id"), ", ".join(other)))
+    return notes

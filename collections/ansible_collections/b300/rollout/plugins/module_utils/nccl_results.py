@@ -32,6 +32,7 @@ from __future__ import absolute_import, division, print_function
 
 import json
 import re
+import statistics
 
 __metaclass__ = type
 
@@ -296,12 +297,9 @@ def wrong_total(rows):
 
 
 def _median(values):
-    vals = sorted(v for v in values if v is not None)
-    if not vals:
-        return None
-    n = len(vals)
-    mid = n // 2
-    return vals[mid] if n % 2 else (vals[mid - 1] + vals[mid]) / 2.0
+    """Median of the values that are not None; None when there are none."""
+    vals = [v for v in values if v is not None]
+    return statistics.median(vals) if vals else None
 
 
 def gate_rows(rows, metric="busbw", gate_min_bytes=GIB, gate_top_n=3):

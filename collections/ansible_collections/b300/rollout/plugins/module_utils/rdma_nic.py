@@ -485,8 +485,8 @@ def build_rdma_nics(sysfs_root="/sys", ofed_info_text=None, mlxfwmanager_text=No
                                  "psid": rec["psid"], "base_guid": rec["base_guid"], "base_mac": rec["base_mac"],
                                  "fw_running": rec["fw_running"], "fw_pending": rec["fw_current"]})
     findings = ["mlxfwmanager: flashed image %s (running %s) on %s (PSID %s) pending a reset, not attributable to an "
-                "RDMA device (run mst status -v or give the PCI address)" % (u["fw_pending"], u["fw_running"],
-                                                                           u["device"], u["psid"]) for u in unattributed]
+                "RDMA device (run mst status -v or give the PCI address)" % (u["fw_pending"], u["fw_running"], u["device"], u["psid"])
+                for u in unattributed]
     return {
         "driver": driver_facts(sysfs_root, ofed_info_text, kernel_release),
         "devices": out_devices,

@@ -18,10 +18,12 @@ Every error message names the host, the instance, the flag/port/GPU and the valu
 """
 
 import copy
+import ipaddress
 import json
 import re
 
 from ansible_collections.b300.rollout.plugins.module_utils.affinity import nearest_nics
+from ansible_collections.b300.rollout.plugins.module_utils.argparse_abbrev import prefix_matches
 
 VERSION_RE = re.compile(r"^\d+\.\d+\.\d+$")
 PLACEHOLDER_RE = re.compile(r"\{([a-z_]+)\}")
@@ -127,8 +129,8 @@ def check_server_args(args, catalog, version, where):
             continue
         spec = catalog.get(flag)
         if spec is None:
-            close = [f for f in catalog if f.startswith(flag)]
-            hint = " (argparse would treat it as a prefix of %s; write the long name)" % ", ".join(sorted(close)[:3]) if close else ""
+            close = prefix_matches(flag, catalog)
+            hint = " (argparse would treat it as a prefix of %s; write the long name)" % ", ".join(close[:3]) if close else ""
             errors.append("%s: flag %s is not an option of sglang %s%s" % (where, flag, version, hint))
             continue
         nargs = spec.get("nargs")
@@ -209,22 +211,17 @@ def _role_hosts(role_name, role, hosts_by_name):
     return [h for h in hosts_by_name.values() if group in (h.get("groups") or [])]
 
 
-def build_plan(profile, hosts, settings, catalogs):
-    errors, warnings = [], []
-    instances = []
-    settings = settings or {}
-    profile = profile or {}
-    pname = profile.get("name") or "?"
-    if not profile.get("roles"):
-        return {"instances": [], "router": None, "errors": ["profile %r is unknown or has no roles (expected one of the files in "
-                                                            "roles/sglang_server/files/profiles/)" % pname], "warnings": []}
+def _check_versions(profile, settings, catalogs, pname, errors):
+    """Pinned X.Y.Z versions, their option catalogs and a known sglang+router combination.
 
+    Returns (version, router_version, server_catalog, router_catalog)."""
     version = str(settings.get("sglang_version") or profile.get("sglang_version") or "")
     router_version = str(settings.get("router_version") or profile.get("router_version") or "")
     if not VERSION_RE.match(version):
         errors.append("profile %s: sglang version %r is not pinned; expected an exact X.Y.Z such as %s" % (pname, version, profile.get("sglang_version")))
     if not VERSION_RE.match(router_version):
-        errors.append("profile %s: sglang-router version %r is not pinned; expected an exact X.Y.Z such as %s" % (pname, router_version, profile.get("router_version")))
+        errors.append("profile %s: sglang-router version %r is not pinned; expected an exact X.Y.Z such as %s"
+                      % (pname, router_version, profile.get("router_version")))
     server_catalog = (catalogs or {}).get("server", {}).get(version)
     router_catalog = (catalogs or {}).get("router", {}).get(router_version)
     if VERSION_RE.match(version) and server_catalog is None:
@@ -237,144 +234,225 @@ def build_plan(profile, hosts, settings, catalogs):
     if not any(str(c.get("sglang")) == version and str(c.get("router")) == router_version for c in combos):
         errors.append("profile %s: sglang %s with sglang-router %s is not a known combination; expected one of %s"
                       % (pname, version, router_version, ", ".join("%s+%s" % (c.get("sglang"), c.get("router")) for c in combos) or "(none)"))
+    return version, router_version, server_catalog, router_catalog
 
+
+def _check_timeouts(settings, errors):
     for name, value in sorted((settings.get("timeouts") or {}).items()):
         if not _positive(value):
             errors.append("setting %s: timeout %r must be a positive number of seconds" % (name, value))
 
-    hosts_by_name = {}
-    for h in hosts or []:
-        hosts_by_name[h["name"]] = h
+
+def _common_settings(profile, settings, version, pname, errors):
+    """Values shared by every instance: model path, executable, env dir, unit prefix, extra args/env."""
     model_root = str(settings.get("model_root") or "").rstrip("/")
     model_path = model_root + "/" + str(profile.get("model_dir") or "") if model_root else None
     if not model_root:
         errors.append("profile %s: sglang_model_root is empty; expected the directory holding %s" % (pname, profile.get("model_dir")))
-    executable = str(settings.get("executable") or "/opt/sglang/{version}/bin/sglang").replace("{version}", version)
-    env_dir = str(settings.get("env_dir") or "/etc/sglang").rstrip("/")
-    unit_prefix = str(settings.get("unit_prefix") or "sglang")
-    extra_args = settings.get("extra_args") or {}
-    extra_env = settings.get("extra_env") or {}
+    return {
+        "pname": pname, "version": version, "model_root": model_root, "model_path": model_path,
+        "served_model_name": profile.get("served_model_name"),
+        "executable": str(settings.get("executable") or "/opt/sglang/{version}/bin/sglang").replace("{version}", version),
+        "env_dir": str(settings.get("env_dir") or "/etc/sglang").rstrip("/"),
+        "unit_prefix": str(settings.get("unit_prefix") or "sglang"),
+        "extra_args": settings.get("extra_args") or {}, "extra_env": settings.get("extra_env") or {},
+        "bind_host": settings.get("bind_host") or "0.0.0.0", "api_key_enabled": settings.get("api_key_enabled"),
+    }
 
-    role_groups = {}
-    for role_name in ROLE_ORDER:
-        role = profile["roles"].get(role_name)
-        if not role:
-            continue
-        role_groups[role_name] = role.get("group")
-        role_hosts = _role_hosts(role_name, role, hosts_by_name)
-        if not role_hosts:
-            errors.append("profile %s: role %s has no host; expected at least one host in group %s" % (pname, role_name, role.get("group")))
-        for host in role_hosts:
-            hname = host["name"]
-            if "gpu_nodes" not in (host.get("groups") or []):
-                errors.append("%s: in group %s but not in gpu_nodes; expected every SGLang worker host in gpu_nodes" % (hname, role.get("group")))
-            count = int(role.get("instances_per_host") or 1)
-            for idx in range(count):
-                iname = "%s%d" % (role.get("name_prefix") or role_name[0].upper(), idx)
-                where = "%s/%s" % (hname, iname)
-                ov = (host.get("instance_overrides") or {}).get(iname) or {}
-                args = merge_overrides(role.get("args") or {}, extra_args)
-                args = merge_overrides(args, ov.get("args") or {})
-                env = {str(k): str(v) for k, v in merge_overrides(merge_overrides(role.get("env") or {}, extra_env), ov.get("env") or {}).items() if v is not None}
-                tp = _int_arg(args, "--tp-size", 1)
-                dp = _int_arg(args, "--dp-size", 1)
-                if tp is None or dp is None or tp < 1 or dp < 1:
-                    errors.append("%s: --tp-size %r / --dp-size %r must be positive integers" % (where, args.get("--tp-size"), args.get("--dp-size")))
-                    tp, dp = tp or 1, dp or 1
-                size = tp * dp
-                gpus = ov.get("gpus")
-                if gpus is None:
-                    gpus = list(range(idx * size, (idx + 1) * size))
-                gpus = [int(g) for g in gpus]
-                if len(gpus) != size:
-                    errors.append("%s: %d GPUs %s but --tp-size %d x --dp-size %d needs %d" % (where, len(gpus), gpus, tp, dp, size))
-                gpu_count = ((host.get("gpu_topology") or {}).get("gpu_count"))
-                if gpu_count is not None:
-                    beyond = [g for g in gpus if g >= int(gpu_count) or g < 0]
-                    if beyond:
-                        errors.append("%s: GPU(s) %s do not exist; the host reports %d GPUs (indices 0-%d)" % (where, beyond, gpu_count, int(gpu_count) - 1))
 
-                def _port(key, base):
-                    if key in ov:
-                        return ov[key]
-                    return None if base is None else int(base) + idx
+def _instance_args_env(role, common, ov):
+    """The instance's args and env: the role's, then settings' extras, then the instance override (later wins)."""
+    args = merge_overrides(role.get("args") or {}, common["extra_args"])
+    args = merge_overrides(args, ov.get("args") or {})
+    env = merge_overrides(merge_overrides(role.get("env") or {}, common["extra_env"]), ov.get("env") or {})
+    return args, {str(k): str(v) for k, v in env.items() if v is not None}
 
-                port = _port("port", role.get("port_base"))
-                nccl_port = _port("nccl_port", role.get("nccl_port_base"))
-                bootstrap_port = _port("bootstrap_port", role.get("bootstrap_port_base"))
-                for label, value in (("port", port), ("nccl_port", nccl_port), ("bootstrap_port", bootstrap_port)):
-                    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 65535):
-                        errors.append("%s: %s %r is not a TCP port; expected an integer 1-65535" % (where, label, value))
 
-                ib_devices = None
-                uses_ib = "--disaggregation-ib-device" in args and args.get("--disaggregation-ib-device") not in (None, False)
-                if uses_ib:
-                    rdma = host.get("rdma_nics")
-                    if ov.get("ib_devices"):
-                        ib_devices = [str(d) for d in ov["ib_devices"]]
-                        if rdma is not None:
-                            known = {d.get("name"): d for d in rdma.get("devices") or []}
-                            for dev in ib_devices:
-                                if dev not in known:
-                                    errors.append("%s: --disaggregation-ib-device %s does not exist on %s; expected one of %s"
-                                                  % (where, dev, hname, ", ".join(candidate_nics(rdma)) or "(no usable ConnectX-8)"))
-                                elif known[dev].get("role") == "fabric_manager":
-                                    errors.append("%s: --disaggregation-ib-device %s is the fabric-manager NIC (%s); expected a ConnectX-8 data NIC: %s"
-                                                  % (where, dev, known[dev].get("model"), ", ".join(candidate_nics(rdma))))
-                    elif rdma is None or host.get("gpu_topology") is None:
-                        errors.append("%s: cannot choose --disaggregation-ib-device: rdma_nics/gpu_topology facts missing for %s; "
-                                      "expected the facts (run preflight) or sglang_instance_overrides.%s.ib_devices" % (where, hname, iname))
-                    else:
-                        # the planner runs on the controller: the host's sysfs is not readable here, so only the topo matrix and
-                        # NUMA nodes from the facts count (a path that does not exist disables the sysfs PCI walk)
-                        ib_devices, why = choose_ib_devices(host.get("gpu_topology"), rdma, gpus, "/nonexistent/controller-has-no-host-sysfs")
-                        if why:
-                            errors.append("%s: cannot choose --disaggregation-ib-device on %s: %s" % (where, hname, why))
-                        elif not ib_devices:
-                            errors.append("%s: no usable ConnectX-8 data NIC near GPUs %s on %s (usable: %s); expected at least one"
-                                          % (where, gpus, hname, ", ".join(candidate_nics(rdma)) or "none"))
-                ctx = {
-                    "model_path": model_path, "model_root": model_root or None,
-                    "served_model_name": profile.get("served_model_name"),
-                    "host": settings.get("bind_host") or "0.0.0.0", "port": port, "nccl_port": nccl_port,
-                    "bootstrap_port": bootstrap_port,
-                    # when the choice already failed (error recorded above) keep the argv readable, without a 2nd error
-                    "ib_devices": ",".join(ib_devices) if ib_devices else ("<unresolved>" if uses_ib else None),
-                }
-                if server_catalog is not None:
-                    errors.extend(check_server_args(args, server_catalog, version, where))
-                for flag, value in args.items():
-                    if "timeout" in flag and value is not None and not isinstance(value, bool) and not PLACEHOLDER_RE.search(_scalar(value)) and not _positive(value):
-                        errors.append("%s: %s %r must be a positive number of seconds" % (where, flag, value))
-                argv_args = render_args(args, ctx, where, errors)
-                if settings.get("api_key_enabled"):
-                    argv_args += ["--api-key", API_KEY_TOKEN]
-                env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
-                unit_base = "%s-%s-%s" % (unit_prefix, pname, iname.lower())
-                address = host.get("address") or hname
-                instances.append({
-                    "name": iname, "id": where, "host": hname, "address": address, "role": role_name,
-                    "profile": pname, "version": version, "gpus": gpus,
-                    "cuda_visible_devices": env["CUDA_VISIBLE_DEVICES"],
-                    "tp_size": tp, "dp_size": dp,
-                    "port": port, "nccl_port": nccl_port, "bootstrap_port": bootstrap_port,
-                    "ib_devices": ib_devices or [], "url": "http://%s:%s" % (address, port),
-                    "executable": executable, "args": argv_args, "argv": [executable, "serve"] + argv_args,
-                    "env": dict(sorted(env.items())),
-                    "unit_name": unit_base + ".service", "env_file": "%s/%s-%s.env" % (env_dir, pname, iname.lower()),
-                })
+def _gpu_set(where, idx, args, ov, host, errors):
+    """GPUs of instance number idx: the override's list, else the idx-th block of tp x dp GPUs. Returns (tp, dp, gpus)."""
+    tp = _int_arg(args, "--tp-size", 1)
+    dp = _int_arg(args, "--dp-size", 1)
+    if tp is None or dp is None or tp < 1 or dp < 1:
+        errors.append("%s: --tp-size %r / --dp-size %r must be positive integers" % (where, args.get("--tp-size"), args.get("--dp-size")))
+        tp, dp = tp or 1, dp or 1
+    size = tp * dp
+    gpus = ov.get("gpus")
+    if gpus is None:
+        gpus = list(range(idx * size, (idx + 1) * size))
+    gpus = [int(g) for g in gpus]
+    if len(gpus) != size:
+        errors.append("%s: %d GPUs %s but --tp-size %d x --dp-size %d needs %d" % (where, len(gpus), gpus, tp, dp, size))
+    gpu_count = ((host.get("gpu_topology") or {}).get("gpu_count"))
+    if gpu_count is not None:
+        beyond = [g for g in gpus if g >= int(gpu_count) or g < 0]
+        if beyond:
+            errors.append("%s: GPU(s) %s do not exist; the host reports %d GPUs (indices 0-%d)" % (where, beyond, gpu_count, int(gpu_count) - 1))
+    return tp, dp, gpus
 
-    # hosts that belong to none of the groups this profile uses
-    used_groups = set(role_groups.values())
+
+def _check_tcp_port(where, label, value, errors):
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 65535:
+        errors.append("%s: %s %r is not a TCP port; expected an integer 1-65535" % (where, label, value))
+
+
+def instance_port(role, ov, idx, key):
+    """One port of instance number idx: the override's `key` if given, else the role's `<key>_base` + idx (None without a base).
+
+    key is "port", "nccl_port" or "bootstrap_port": P0's bootstrap port is bootstrap_port_base, P1's base + 1, ..."""
+    if key in ov:
+        return ov[key]
+    base = role.get(key + "_base")
+    return None if base is None else int(base) + idx
+
+
+def _instance_ports(where, idx, role, ov, errors):
+    """(port, nccl_port, bootstrap_port) of one instance, each checked to be a TCP port when set."""
+    ports = tuple(instance_port(role, ov, idx, key) for key in ("port", "nccl_port", "bootstrap_port"))
+    for label, value in zip(("port", "nccl_port", "bootstrap_port"), ports):
+        if value is not None:
+            _check_tcp_port(where, label, value, errors)
+    return ports
+
+
+def _check_named_ib_devices(where, hname, ib_devices, rdma, errors):
+    """Devices named in an override must exist on the host and must not be the fabric-manager NIC."""
+    known = {d.get("name"): d for d in rdma.get("devices") or []}
+    for dev in ib_devices:
+        if dev not in known:
+            errors.append("%s: --disaggregation-ib-device %s does not exist on %s; expected one of %s"
+                          % (where, dev, hname, ", ".join(candidate_nics(rdma)) or "(no usable ConnectX-8)"))
+        elif known[dev].get("role") == "fabric_manager":
+            errors.append("%s: --disaggregation-ib-device %s is the fabric-manager NIC (%s); expected a ConnectX-8 data NIC: %s"
+                          % (where, dev, known[dev].get("model"), ", ".join(candidate_nics(rdma))))
+
+
+def _rdma_devices(where, host, iname, args, ov, gpus, errors):
+    """NICs for --disaggregation-ib-device when the args use it: the override's list, else the usable ConnectX-8 data
+    NICs nearest the instance's GPUs. Returns (ib_devices or None, uses_ib)."""
+    uses_ib = "--disaggregation-ib-device" in args and args.get("--disaggregation-ib-device") not in (None, False)
+    if not uses_ib:
+        return None, False
+    hname = host["name"]
+    rdma = host.get("rdma_nics")
+    if ov.get("ib_devices"):
+        ib_devices = [str(d) for d in ov["ib_devices"]]
+        if rdma is not None:
+            _check_named_ib_devices(where, hname, ib_devices, rdma, errors)
+        return ib_devices, True
+    if rdma is None or host.get("gpu_topology") is None:
+        errors.append("%s: cannot choose --disaggregation-ib-device: rdma_nics/gpu_topology facts missing for %s; "
+                      "expected the facts (run preflight) or sglang_instance_overrides.%s.ib_devices" % (where, hname, iname))
+        return None, True
+    # the planner runs on the controller: the host's sysfs is not readable here, so only the topo matrix and
+    # NUMA nodes from the facts count (a path that does not exist disables the sysfs PCI walk)
+    ib_devices, why = choose_ib_devices(host.get("gpu_topology"), rdma, gpus, "/nonexistent/controller-has-no-host-sysfs")
+    if why:
+        errors.append("%s: cannot choose --disaggregation-ib-device on %s: %s" % (where, hname, why))
+    elif not ib_devices:
+        errors.append("%s: no usable ConnectX-8 data NIC near GPUs %s on %s (usable: %s); expected at least one"
+                      % (where, gpus, hname, ", ".join(candidate_nics(rdma)) or "none"))
+    return ib_devices, True
+
+
+def _check_arg_timeouts(where, args, words, errors, prefix=""):
+    """Any flag whose name holds one of `words` (e.g. "timeout") must be a positive number of seconds."""
+    for flag, value in args.items():
+        if any(w in flag for w in words) and value is not None and not isinstance(value, bool) \
+                and not PLACEHOLDER_RE.search(_scalar(value)) and not _positive(value):
+            errors.append("%s: %s%s %r must be a positive number of seconds" % (where, prefix, flag, value))
+
+
+def _is_ip(text):
+    try:
+        ipaddress.ip_address(str(text))
+        return True
+    except ValueError:
+        return False
+
+
+def instance_env(env, gpus, address, where, warnings):
+    """The instance's environment: its GPUs as CUDA_VISIBLE_DEVICES and, unless the profile/override sets it,
+    SGLANG_HOST_IP = the host's advertise address (sglang_advertise_address, else ansible_host), so the PD bootstrap
+    (ZMQ) and the Mooncake handshake bind to the data-network address instead of get_local_ip_auto()'s guess
+    (127.0.1.1 on many Debian/Ubuntu hosts). An address that is a name, not an IP, is left out with a warning."""
+    env = dict(env)
+    env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
+    if "SGLANG_HOST_IP" not in env:
+        if _is_ip(address):
+            env["SGLANG_HOST_IP"] = str(address)
+        else:
+            warnings.append("%s: advertise address %r is not an IP address, so SGLANG_HOST_IP is not set and SGLang binds "
+                            "its PD bootstrap/Mooncake handshake to get_local_ip_auto(); expected sglang_advertise_address "
+                            "set to the host's data-network IP" % (where, address))
+    return dict(sorted(env.items()))
+
+
+def _plan_instance(role_name, role, host, idx, common, server_catalog, errors, warnings):
+    """One SGLang instance (e.g. P0 on b300a): args, GPUs, ports, RDMA devices, env, argv and unit names."""
+    hname = host["name"]
+    pname = common["pname"]
+    iname = "%s%d" % (role.get("name_prefix") or role_name[0].upper(), idx)
+    where = "%s/%s" % (hname, iname)
+    ov = (host.get("instance_overrides") or {}).get(iname) or {}
+    args, env = _instance_args_env(role, common, ov)
+    tp, dp, gpus = _gpu_set(where, idx, args, ov, host, errors)
+    port, nccl_port, bootstrap_port = _instance_ports(where, idx, role, ov, errors)
+    ib_devices, uses_ib = _rdma_devices(where, host, iname, args, ov, gpus, errors)
+    ctx = {
+        "model_path": common["model_path"], "model_root": common["model_root"] or None,
+        "served_model_name": common["served_model_name"],
+        "host": common["bind_host"], "port": port, "nccl_port": nccl_port,
+        "bootstrap_port": bootstrap_port,
+        # when the choice already failed (error recorded above) keep the argv readable, without a 2nd error
+        "ib_devices": ",".join(ib_devices) if ib_devices else ("<unresolved>" if uses_ib else None),
+    }
+    if server_catalog is not None:
+        errors.extend(check_server_args(args, server_catalog, common["version"], where))
+    _check_arg_timeouts(where, args, ("timeout",), errors)
+    argv_args = render_args(args, ctx, where, errors)
+    if common["api_key_enabled"]:
+        argv_args += ["--api-key", API_KEY_TOKEN]
+    address = host.get("address") or hname
+    env = instance_env(env, gpus, address, where, warnings)
+    unit_base = "%s-%s-%s" % (common["unit_prefix"], pname, iname.lower())
+    return {
+        "name": iname, "id": where, "host": hname, "address": address, "role": role_name,
+        "profile": pname, "version": common["version"], "gpus": gpus,
+        "cuda_visible_devices": env["CUDA_VISIBLE_DEVICES"],
+        "tp_size": tp, "dp_size": dp,
+        "port": port, "nccl_port": nccl_port, "bootstrap_port": bootstrap_port,
+        "ib_devices": ib_devices or [], "url": "http://%s:%s" % (address, port),
+        "executable": common["executable"], "args": argv_args, "argv": [common["executable"], "serve"] + argv_args,
+        "env": env,
+        "unit_name": unit_base + ".service", "env_file": "%s/%s-%s.env" % (common["env_dir"], pname, iname.lower()),
+    }
+
+
+def _plan_role(role_name, role, hosts_by_name, common, server_catalog, errors, warnings):
+    """Every instance of one role (prefill, decode or worker) on every host of its group."""
+    instances = []
+    role_hosts = _role_hosts(role_name, role, hosts_by_name)
+    if not role_hosts:
+        errors.append("profile %s: role %s has no host; expected at least one host in group %s" % (common["pname"], role_name, role.get("group")))
+    for host in role_hosts:
+        if "gpu_nodes" not in (host.get("groups") or []):
+            errors.append("%s: in group %s but not in gpu_nodes; expected every SGLang worker host in gpu_nodes" % (host["name"], role.get("group")))
+        for idx in range(int(role.get("instances_per_host") or 1)):
+            instances.append(_plan_instance(role_name, role, host, idx, common, server_catalog, errors, warnings))
+    return instances
+
+
+def _check_unused_hosts(profile, hosts_by_name, used_groups, pname, errors):
+    """Hosts that belong to none of the groups this profile uses."""
+    wanted = used_groups | {(profile.get("router") or {}).get("group")}
     for hname, host in sorted(hosts_by_name.items()):
-        groups = set(host.get("groups") or [])
-        if not groups & (used_groups | {(profile.get("router") or {}).get("group")}):
+        if not set(host.get("groups") or []) & wanted:
             errors.append("%s: host is in none of the groups of profile %s; expected one of %s"
-                          % (hname, pname, ", ".join(sorted(g for g in used_groups | {(profile.get("router") or {}).get("group")} if g))))
+                          % (hname, pname, ", ".join(sorted(g for g in wanted if g))))
 
-    router = _plan_router(profile, instances, hosts_by_name, settings, router_catalog, router_version, model_path, errors)
 
-    # ports unique per host (workers, nccl, bootstrap, router, prometheus)
+def _check_port_collisions(instances, router, errors):
+    """Ports unique per host (workers, nccl, bootstrap, router, prometheus)."""
     used = {}
     claims = []
     for inst in instances:
@@ -390,7 +468,10 @@ def build_plan(profile, hosts, settings, catalogs):
             errors.append("%s: %s %s collides with %s on %s; expected a port unique per host" % (host, label, port, used[key], host))
         else:
             used[key] = label
-    # GPU sets disjoint per host
+
+
+def _check_gpu_overlap(instances, errors):
+    """GPU sets disjoint per host."""
     by_host = {}
     for inst in instances:
         for gpu in inst["gpus"]:
@@ -399,51 +480,89 @@ def build_plan(profile, hosts, settings, catalogs):
                 errors.append("%s: GPU %d of %s is also used by %s; expected disjoint GPU sets per host" % (inst["host"], gpu, inst["id"], other))
             else:
                 by_host[inst["host"]][gpu] = inst["id"]
+
+
+def build_plan(profile, hosts, settings, catalogs):
+    """Plan every instance and the router; see the module docstring for the shapes."""
+    errors, warnings = [], []
+    settings = settings or {}
+    profile = profile or {}
+    pname = profile.get("name") or "?"
+    if not profile.get("roles"):
+        return {"instances": [], "router": None, "errors": ["profile %r is unknown or has no roles (expected one of the files in "
+                                                            "roles/sglang_server/files/profiles/)" % pname], "warnings": []}
+    version, router_version, server_catalog, router_catalog = _check_versions(profile, settings, catalogs, pname, errors)
+    _check_timeouts(settings, errors)
+    hosts_by_name = {h["name"]: h for h in hosts or []}
+    common = _common_settings(profile, settings, version, pname, errors)
+
+    instances, used_groups = [], set()
+    for role_name in ROLE_ORDER:
+        role = profile["roles"].get(role_name)
+        if role:
+            used_groups.add(role.get("group"))
+            instances.extend(_plan_role(role_name, role, hosts_by_name, common, server_catalog, errors, warnings))
+    _check_unused_hosts(profile, hosts_by_name, used_groups, pname, errors)
+    router = _plan_router(profile, instances, hosts_by_name, settings, router_catalog, router_version, common["model_path"], errors)
+    _check_port_collisions(instances, router, errors)
+    _check_gpu_overlap(instances, errors)
     return {"instances": instances, "router": router, "errors": errors, "warnings": warnings,
             "profile": pname, "mode": profile.get("mode"), "version": version, "router_version": router_version,
-            "model_path": model_path, "served_model_name": profile.get("served_model_name"),
+            "model_path": common["model_path"], "served_model_name": profile.get("served_model_name"),
             "needs_mooncake": bool(profile.get("needs_mooncake"))}
+
+
+def _router_host(rspec, hosts_by_name, pname, errors):
+    """The one host of the router's group (default sglang_router); None when there is none."""
+    group = rspec.get("group") or "sglang_router"
+    rhosts = [h for h in hosts_by_name.values() if group in (h.get("groups") or [])]
+    if len(rhosts) != 1:
+        errors.append("profile %s: expected exactly one host in group %s for the router, found %d (%s)"
+                      % (pname, group, len(rhosts), ", ".join(sorted(h["name"] for h in rhosts)) or "none"))
+    return rhosts[0] if rhosts else None
+
+
+def _router_expansions(instances):
+    """Placeholders that become repeated argv fragments: {prefill_workers} -> --prefill URL BOOTSTRAP_PORT per prefill..."""
+    prefill = [i for i in instances if i["role"] == "prefill"]
+    decode = [i for i in instances if i["role"] == "decode"]
+    workers = [i for i in instances if i["role"] == "worker"]
+    return {
+        "{prefill_workers}": lambda flag: [[flag, i["url"], str(i["bootstrap_port"]) if i["bootstrap_port"] else "none"] for i in prefill],
+        "{decode_workers}": lambda flag: [[flag, i["url"]] for i in decode],
+        "{workers}": lambda flag: [[flag] + [i["url"] for i in workers]],
+    }
+
+
+def _router_workers(instances):
+    """The router's worker list, prefill first, then decode, then regular workers."""
+    ordered = [i for role in ("prefill", "decode", "worker") for i in instances if i["role"] == role]
+    return [{"url": i["url"], "worker_type": i["role"] if i["role"] != "worker" else "regular",
+             "bootstrap_port": i["bootstrap_port"], "id": i["id"]} for i in ordered]
 
 
 def _plan_router(profile, instances, hosts_by_name, settings, catalog, version, model_path, errors):
     rspec = profile.get("router") or {}
     if not rspec:
         return None
-    pname = profile.get("name")
-    group = rspec.get("group") or "sglang_router"
-    rhosts = [h for h in hosts_by_name.values() if group in (h.get("groups") or [])]
-    if len(rhosts) != 1:
-        errors.append("profile %s: expected exactly one host in group %s for the router, found %d (%s)"
-                      % (pname, group, len(rhosts), ", ".join(sorted(h["name"] for h in rhosts)) or "none"))
-        if not rhosts:
-            return None
-    rhost = rhosts[0]
+    rhost = _router_host(rspec, hosts_by_name, profile.get("name"), errors)
+    if rhost is None:
+        return None
     args = merge_overrides(rspec.get("args") or {}, settings.get("router_extra_args") or {})
     port = rspec.get("port")
     prom_port = rspec.get("prometheus_port")
     where = "%s/router" % rhost["name"]
-    for label, value in (("port", port), ("prometheus_port", prom_port)):
-        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 65535:
-            errors.append("%s: %s %r is not a TCP port; expected an integer 1-65535" % (where, label, value))
+    _check_tcp_port(where, "port", port, errors)
+    _check_tcp_port(where, "prometheus_port", prom_port, errors)
     prom_host = settings.get("prometheus_host") or "127.0.0.1"
     if "--prometheus-port" not in args or args.get("--prometheus-port") in (None, False):
         errors.append("%s: --prometheus-port is not set; expected an explicit port (the default 29000 on 0.0.0.0 collides easily)" % where)
     ctx = {"model_path": model_path, "router_host": settings.get("router_bind_host") or "0.0.0.0", "router_port": port,
            "prometheus_host": prom_host, "prometheus_port": prom_port}
-    prefill = [i for i in instances if i["role"] == "prefill"]
-    decode = [i for i in instances if i["role"] == "decode"]
-    workers = [i for i in instances if i["role"] == "worker"]
-    expansions = {
-        "{prefill_workers}": lambda flag: [[flag, i["url"], str(i["bootstrap_port"]) if i["bootstrap_port"] else "none"] for i in prefill],
-        "{decode_workers}": lambda flag: [[flag, i["url"]] for i in decode],
-        "{workers}": lambda flag: [[flag] + [i["url"] for i in workers]],
-    }
     if catalog is not None:
         errors.extend(check_router_args({k: v for k, v in args.items() if v not in LIST_PLACEHOLDERS}, catalog, version, where))
-    for flag, value in args.items():
-        if ("timeout" in flag or "interval" in flag) and value is not None and not isinstance(value, bool) and not PLACEHOLDER_RE.search(_scalar(value)) and not _positive(value):
-            errors.append("%s: router %s %r must be a positive number of seconds" % (where, flag, value))
-    argv_args = render_args(args, ctx, where, errors, expansions)
+    _check_arg_timeouts(where, args, ("timeout", "interval"), errors, prefix="router ")
+    argv_args = render_args(args, ctx, where, errors, _router_expansions(instances))
     if settings.get("api_key_enabled"):
         argv_args += ["--api-key", API_KEY_TOKEN]
     python = str(settings.get("router_python") or "/opt/sglang-router/{version}/bin/python").replace("{version}", version)
@@ -454,6 +573,5 @@ def _plan_router(profile, instances, hosts_by_name, settings, catalog, version, 
         "argv": [python, "-m", "sglang_router.launch_router"] + argv_args,
         "unit_name": "%s-router.service" % (settings.get("unit_prefix") or "sglang"),
         "env_file": "%s/router.env" % str(settings.get("env_dir") or "/etc/sglang").rstrip("/"),
-        "workers": [{"url": i["url"], "worker_type": i["role"] if i["role"] != "worker" else "regular",
-                     "bootstrap_port": i["bootstrap_port"], "id": i["id"]} for i in prefill + decode + workers],
+        "workers": _router_workers(instances),
     }

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime
 import re
+import statistics
 
 # Field names valid on driver >= 550 (the real 580.159.04 capture uses clocks.current.sm and
 # clocks_event_reasons.active). Drivers before the rename know only clocks_throttle_reasons.*.
@@ -197,12 +198,9 @@ def parse_samples(text, fields=None):
 
 
 def _median(values):
-    vals = sorted(v for v in values if v is not None)
-    if not vals:
-        return None
-    n = len(vals)
-    mid = n // 2
-    return float(vals[mid]) if n % 2 else (vals[mid - 1] + vals[mid]) / 2.0
+    """Median of the values that are not None; None when there are none."""
+    vals = [v for v in values if v is not None]
+    return float(statistics.median(vals)) if vals else None
 
 
 def _round(v, nd=1):

@@ -8,14 +8,23 @@ DOCUMENTATION = r"""
 module: gpu_health_check
 short_description: Gate on GPU health from the gpu_topology fact
 description:
-  - Checks C(gpu_topology) (from M(gpu_topology_facts)) for GPU count and model, NVLink links down, uncorrectable
+  - Checks C(gpu_topology) (from M(b300.rollout.gpu_topology_facts)) for GPU count and model, NVLink links down, uncorrectable
     ECC errors, row-remapping failure or pending, active thermal/power throttling and a fabric state other than
     the expected one.
   - Each check has a policy; V(fail) problems fail the task (one line per problem in C(msg)),
     V(warn) problems become warnings, V(ignore) drops the check.
   - Read-only; runs in check mode too.
 version_added: "0.1.0"
-author: b300-rollout
+author: b300-rollout maintainers (@b300-rollout)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 options:
   gpu_topology:
     description: The C(ansible_facts.gpu_topology) dict of the host.
@@ -46,6 +55,13 @@ options:
         description: Whether a GPU that reports no fabric state at all (N/A) is a problem.
         type: bool
         default: false
+      throttle_reasons:
+        description:
+          - Clock-event reasons counted as throttling. Unset means hardware slowdown, thermal and power brake
+            (C(hw_slowdown), C(hw_thermal_slowdown), C(sw_thermal_slowdown), C(hw_power_brake_slowdown)).
+          - Other active reasons, such as C(sw_power_cap) on a loaded GPU, are returned in RV(notes), not as problems.
+        type: list
+        elements: str
   policies:
     description: Policy per check.
     type: dict
@@ -116,6 +132,12 @@ problems:
       expected: 18
       actual: 16
       message: "b300a: GPU 5 (0000:b3:00.0): 2 NVLink links down (links 3, 11); expected 18 links up, 16 up"
+notes:
+  description: Information that is not a problem, e.g. C(sw_power_cap) active on a loaded GPU.
+  returned: always
+  type: list
+  elements: str
+  sample: ["b300a: GPU 1 (0000:2a:00.0): clock-event reason(s) sw_power_cap active (normal under load; not gated)"]
 counts:
   description: Number of problems per severity.
   returned: always
@@ -126,7 +148,7 @@ counts:
 import socket
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.b300.rollout.plugins.module_utils.gpu_topology import health_problems
+from ansible_collections.b300.rollout.plugins.module_utils.gpu_topology import health_notes, health_problems
 
 POLICY = dict(type="str", choices=["fail", "warn", "ignore"], default="fail")
 
@@ -142,6 +164,7 @@ def main():
                 nvlink_links=dict(type="int"),
                 fabric_state=dict(type="str", default="Completed"),
                 fabric_required=dict(type="bool", default=False),
+                throttle_reasons=dict(type="list", elements="str"),
             )),
             policies=dict(type="dict", default={}, options=dict(
                 gpu_count=POLICY, gpu_model=POLICY, nvlink=POLICY, ecc=POLICY, remapped_rows=POLICY,
@@ -153,14 +176,15 @@ def main():
     p = module.params
     host = p["host"] or socket.gethostname()
     problems = health_problems(p["gpu_topology"], expected=p["expected"], policies=p["policies"], host=host)
+    notes = health_notes(p["gpu_topology"], expected=p["expected"], host=host)
     fails = [x for x in problems if x["severity"] == "fail"]
     for x in problems:
         if x["severity"] == "warn":
             module.warn(x["message"])
     counts = {"fail": len(fails), "warn": len(problems) - len(fails)}
     if fails:
-        module.fail_json(msg="\n".join(x["message"] for x in fails), problems=problems, counts=counts)
-    module.exit_json(changed=False, problems=problems, counts=counts,
+        module.fail_json(msg="\n".join(x["message"] for x in fails), problems=problems, notes=notes, counts=counts)
+    module.exit_json(changed=False, problems=problems, notes=notes, counts=counts,
                      msg="%s: GPU health OK (%d GPUs, %d warnings)" % (
                          host, p["gpu_topology"].get("gpu_count", 0), counts["warn"]))
 

@@ -21,7 +21,20 @@ description:
     C(topology.gpu_nic) and the case is listed in C(affinity_disagreements).
   - Read-only; runs in check mode too.
 version_added: "0.1.0"
-author: b300-rollout
+author: b300-rollout maintainers (@b300-rollout)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.facts
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+  facts:
+    support: full
+    details: Returns C(ansible_facts.gpu_topology).
 options:
   nvidia_smi_path:
     description: Path of nvidia-smi. Default is to search O(bin_path) first, then PATH.
@@ -89,21 +102,8 @@ raw:
   returned: when return_raw is true
 """
 
-import socket
-import time
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.b300.rollout.plugins.module_utils.gpu_topology import TopoParseError, build_gpu_topology
-
-
-def run_tool(module, argv, what):
-    start = time.monotonic()
-    rc, out, err = module.run_command(argv)
-    elapsed = round(time.monotonic() - start, 4)
-    if rc != 0:
-        module.fail_json(msg="%s: `%s` failed on host %s (rc=%s, expected 0): %s" % (
-            what, " ".join(argv), socket.gethostname(), rc, (err or out).strip()[:500]), rc=rc)
-    return out, elapsed
+from ansible_collections.b300.rollout.plugins.module_utils.tools import ToolError, gather_gpu_topology
 
 
 def main():
@@ -116,35 +116,14 @@ def main():
         ),
         supports_check_mode=True,
     )
-    host = socket.gethostname()
-    t0 = time.monotonic()
-    smi = module.params["nvidia_smi_path"] or module.get_bin_path("nvidia-smi", opt_dirs=module.params["bin_path"])
-    if not smi:
-        module.fail_json(msg="nvidia-smi not found on host %s (searched %s and PATH); expected the NVIDIA driver "
-                             "utilities to be installed" % (host, module.params["bin_path"] or "no extra dirs"))
-    timing = {}
-    xml_out, timing["nvidia_smi_q_x"] = run_tool(module, [smi, "-q", "-x"], "nvidia-smi")
-    topo_out, timing["topo_m"] = run_tool(module, [smi, "topo", "-m"], "nvidia-smi")
-    nvl_out, timing["nvlink_s"] = run_tool(module, [smi, "nvlink", "-s"], "nvidia-smi")
-    banner = None
-    p0 = time.monotonic()
+    p = module.params
     try:
-        facts = build_gpu_topology(xml_out, topo_out, nvl_out, sysfs_root=module.params["sysfs_root"])
-    except TopoParseError as exc:
-        module.fail_json(msg="nvidia-smi topo -m output unreadable on host %s (%s): %s" % (host, smi, exc))
-    except ValueError as exc:
-        module.fail_json(msg="nvidia-smi -q -x output unreadable on host %s (%s): %s; expected <nvidia_smi_log> XML" % (
-            host, smi, exc))
-    timing["parse"] = round(time.monotonic() - p0, 4)
-    if facts["driver_version"] is None or facts["cuda_version"] is None:
-        # R610+ drivers: versions may only be in the "KMD Version" / "CUDA UMD Version" banner
-        banner, timing["banner"] = run_tool(module, [smi], "nvidia-smi")
-        facts = build_gpu_topology(xml_out, topo_out, nvl_out, sysfs_root=module.params["sysfs_root"],
-                                   banner_text=banner)
-    timing["total"] = round(time.monotonic() - t0, 4)
+        facts, raw, timing = gather_gpu_topology(module, p["bin_path"], p["sysfs_root"], smi_path=p["nvidia_smi_path"])
+    except ToolError as exc:
+        module.fail_json(msg=str(exc), **({"rc": exc.rc} if exc.rc is not None else {}))
     result = dict(changed=False, ansible_facts={"gpu_topology": facts}, timing_s=timing)
-    if module.params["return_raw"]:
-        result["raw"] = {"smi_xml": xml_out, "topo": topo_out, "nvlink": nvl_out, "banner": banner}
+    if p["return_raw"]:
+        result["raw"] = {"smi_xml": raw["smi_xml"], "topo": raw["topo"], "nvlink": raw["nvlink"], "banner": raw["banner"]}
     module.exit_json(**result)
 
 

@@ -10,20 +10,35 @@ DOCUMENTATION = r"""
 module: nic_firmware_check
 short_description: Judge ConnectX NIC firmware against the installed mlx5 driver (firmware matrix)
 description:
-  - Takes C(rdma_nics) facts (from M(rdma_nic_facts)) and the firmware matrix rows, and returns one verdict per
+  - Takes C(rdma_nics) facts (from M(b300.rollout.rdma_nic_facts)) and the firmware matrix rows, and returns one verdict per
     device - V(ok), V(mismatch), V(unsupported), V(unknown), V(pending_reset) or V(ignored) - each naming the matrix
     row and the rule that decided it, and what firmware was expected.
   - Single-host mode (O(rdma_nics)) is used by the C(nic_firmware_gate) role; with O(enforce=true) the module fails
     with one line per failing device naming host, device, PCI address, model, firmware, driver, expected firmware and
     the command to fix it by hand.
   - Fleet mode (O(hosts)) is used by C(playbooks/firmware_audit.yml) once on the controller; it also checks GPU driver
-    and VBIOS consistency and NVLink links down from C(gpu_topology) facts, and can write the Markdown/JSON report and
-    Prometheus textfiles.
-  - Pure decision logic lives in C(module_utils/fw_matrix.py). The module never touches the NICs and never flashes
-    firmware. It always reports C(changed=false); report files it is asked to write are controller-side outputs of a
-    read-only audit and are written in check mode too.
+    and VBIOS consistency and NVLink links down from C(gpu_topology) facts, and returns the report data. The
+    Markdown/JSON report and the Prometheus textfiles are rendered from RV(report) by the playbook's templates
+    (C(playbooks/templates/firmware_audit.md.j2), C(firmware_audit.prom.j2)), not by the module.
+  - Pure decision logic lives in C(module_utils/fw_matrix.py); gathering uses the same C(module_utils/tools.py)
+    runner and builders as M(b300.rollout.rdma_nic_facts) and M(b300.rollout.gpu_topology_facts). The module never
+    touches the NICs, never flashes firmware, writes no file and always reports C(changed=false).
 version_added: "1.0.0"
-author: b300-rollout
+author: b300-rollout maintainers (@b300-rollout)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.facts
+attributes:
+  check_mode:
+    support: full
+    details: Never changes anything; gather mode only reads the host.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+  facts:
+    support: partial
+    details: Only gather mode with O(as_facts=true) returns C(ansible_facts).
 options:
   rdma_nics:
     description: C(ansible_facts.rdma_nics) of one host (single-host mode). Mutually exclusive with O(hosts).
@@ -59,20 +74,10 @@ options:
     description: Fail when any device's verdict is failing under the policy (single-host mode).
     type: bool
     default: false
-  report_dir:
-    description: Fleet mode - directory where C(<report_name>.md) and C(<report_name>.json) are written.
-    type: path
-  report_name:
-    description: Base name of the report files; unless it is V(latest), C(latest.md) / C(latest.json) are written too.
-    type: str
-    default: latest
-  prometheus_dir:
-    description: Fleet mode - directory where C(<host>.prom) node_exporter textfiles are written (one per host).
-    type: path
   gather:
     description:
       - Gather mode (run on the host) - read the facts named here in ONE module run and return them as
-        C(ansible_facts), with the same content as M(rdma_nic_facts) and M(gpu_topology_facts) (same
+        C(ansible_facts), with the same content as M(b300.rollout.rdma_nic_facts) and M(b300.rollout.gpu_topology_facts) (same
         C(module_utils) builders). The audit uses it to keep one task per host.
       - A source whose tool is missing is returned as C(null) with the reason in C(gather_errors) instead of failing,
         so an audit reports it rather than losing the host.
@@ -91,7 +96,7 @@ options:
     default: /sys
   ofed_info:
     description:
-      - Gather mode - V(always) runs C(ofed_info -s) like M(rdma_nic_facts). V(auto) runs it only when the
+      - Gather mode - V(always) runs C(ofed_info -s) like M(b300.rollout.rdma_nic_facts). V(auto) runs it only when the
         C(mlx5_core) module version cannot tell DOCA-OFED from MLNX_OFED by itself (versions older than 25.x);
         C(rdma_nics.driver.ofed_info) is then null. The audit uses V(auto) (one emulated tool call less per host).
     type: str
@@ -139,7 +144,6 @@ EXAMPLES = r"""
       b300a: {status: ok, rdma_nics: "{{ hostvars.b300a.ansible_facts.rdma_nics }}", gpu_topology: {}}
       b300b: {status: unreachable, msg: "ssh: connect to host b300b port 22: No route to host"}
     matrix_file: roles/nic_firmware_gate/vars/nic_fw_matrix.yml
-    report_dir: artifacts/firmware-audit
   delegate_to: localhost
   run_once: true
 """
@@ -155,19 +159,43 @@ verdicts:
   returned: single-host mode
   type: list
   elements: dict
+counts:
+  description: Single-host mode - number of devices per verdict.
+  returned: single-host mode
+  type: dict
+  sample: {ok: 8, mismatch: 1, ignored: 1}
+rows_used:
+  description: Single-host mode - number of firmware matrix rows after O(extra_rows) were merged.
+  returned: single-host mode
+  type: int
 messages:
   description: One line per failing or warning device (what the gate prints).
   returned: always
   type: list
   elements: str
 report:
-  description: Fleet mode - hosts, nic_rows (every verdict with its host), gpu (driver/VBIOS/NVLink), summary.
+  description: Fleet mode - the audit, rendered into Markdown, JSON and Prometheus textfiles by the playbook's templates.
   returned: fleet mode
   type: dict
-markdown:
-  description: Fleet mode - the Markdown report.
-  returned: fleet mode
-  type: str
+  contains:
+    hosts:
+      description: Host -> status (V(ok), V(warn), V(fail), V(unreachable), V(failed)), msg, and for judged hosts nic
+        (the single-host result) and messages.
+      type: dict
+      returned: always
+    nic_rows:
+      description: Every device verdict (as in RV(verdicts)) with its host.
+      type: list
+      elements: dict
+      returned: always
+    gpu:
+      description: GPU consistency - hosts (driver_version, gpu_count, vbios per model, nvlink_links_down) and problems.
+      type: dict
+      returned: always
+    summary:
+      description: hosts, unreachable_or_failed, failing, warning, verdicts (count per verdict), gpu_problems, exit_code.
+      type: dict
+      returned: always
 exit_code:
   description: Fleet mode - 0 all ok, 2 any finding, 3 any host unreachable or failed (3 wins).
   returned: fleet mode
@@ -184,23 +212,13 @@ gather_errors:
   description: Gather mode - source -> why it could not be read.
   returned: gather mode
   type: dict
-artifacts:
-  description: Paths of the files written.
-  returned: always
-  type: list
-  elements: str
 """
 
-import os
-import socket
-import tempfile
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.b300.rollout.plugins.module_utils.gpu_topology import build_gpu_topology
-from ansible_collections.b300.rollout.plugins.module_utils.rdma_nic import build_rdma_nics
-from ansible_collections.b300.rollout.plugins.module_utils.fw_matrix import (MatrixError, audit_fleet, check_host, device_message, host_messages,
-                                            load_matrix_doc, merge_rows, normalise_policy, parse_driver_version,
-                                            render_markdown, render_prometheus, to_json)
+from ansible_collections.b300.rollout.plugins.module_utils.fw_matrix import (MatrixError, audit_fleet, check_host, device_message,
+                                                                             host_messages, load_matrix_doc, merge_rows,
+                                                                             normalise_policy)
+from ansible_collections.b300.rollout.plugins.module_utils.tools import ToolError, gather_gpu_topology, gather_rdma_nics
 
 try:
     import yaml
@@ -209,86 +227,23 @@ except ImportError:  # pragma: no cover - hosts without PyYAML can still pass ma
     HAS_YAML = False
 
 
-def _write(path, text):
-    d = os.path.dirname(path) or "."
-    if not os.path.isdir(d):
-        os.makedirs(d)
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.chmod(tmp, 0o644)
-    os.rename(tmp, path)
-    return path
-
-
-def _safe_name(host):
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in host)
-
-
-class GatherError(Exception):
-    pass
-
-
-def _run(module, argv):
-    rc, out, err = module.run_command(argv)
-    if rc != 0:
-        raise GatherError("`%s` failed on host %s (rc=%s, expected 0): %s" % (
-            " ".join(argv), socket.gethostname(), rc, (err or out).strip()[:300]))
-    return out
-
-
-def gather_rdma_nics(module, dirs, sysfs_root):
-    """Same inputs as library/rdma_nic_facts.py: sysfs, `ofed_info -s`, `mlxfwmanager --query` when installed."""
-    ofed_info = module.get_bin_path("ofed_info", opt_dirs=dirs)
-    if ofed_info and module.params["ofed_info"] == "auto":
-        version = None
-        for rel in (("module", "mlx5_core", "version"), ("bus", "pci", "drivers", "mlx5_core", "module", "version")):
-            try:
-                with open(os.path.join(sysfs_root, *rel)) as f:
-                    version = f.read().strip()
-                break
-            except (IOError, OSError):
-                continue
-        parsed = parse_driver_version(version) if version else None
-        if parsed and (parsed["scheme"] == "yymm" or parsed["yymm"][0] >= 25):
-            ofed_info = None   # DOCA-OFED by version alone (rdma_nic.driver_facts draws the same conclusion)
-    mlxfw = module.get_bin_path("mlxfwmanager", opt_dirs=dirs)
-    ofed_text = _run(module, [ofed_info, "-s"]) if ofed_info else None
-    mlxfw_text = _run(module, [mlxfw, "--query"]) if mlxfw else None
-    return build_rdma_nics(sysfs_root=sysfs_root, ofed_info_text=ofed_text, mlxfwmanager_text=mlxfw_text,
-                           kernel_release=os.uname()[2],
-                           fabric_manager_devices=module.params["fabric_manager_devices"])
-
-
-def gather_gpu_topology(module, dirs, sysfs_root):
-    """Same inputs as library/gpu_topology_facts.py: nvidia-smi -q -x, topo -m (unless read_topo=false), nvlink -s,
-    and the banner for R610+."""
-    smi = module.get_bin_path("nvidia-smi", opt_dirs=dirs)
-    if not smi:
-        raise GatherError("nvidia-smi not found on host %s (searched %s and PATH)" % (socket.gethostname(), dirs or "PATH"))
-    xml_out = _run(module, [smi, "-q", "-x"])
-    topo_out = _run(module, [smi, "topo", "-m"]) if module.params["read_topo"] else ""
-    nvl_out = _run(module, [smi, "nvlink", "-s"])
-    banner = None
-    if "<driver_version>" not in xml_out and "<cuda_version>" not in xml_out:
-        banner = _run(module, [smi])
-    try:
-        facts = build_gpu_topology(xml_out, topo_out, nvl_out, sysfs_root=sysfs_root, banner_text=banner)
-        facts["topology_read"] = bool(module.params["read_topo"])
-        return facts
-    except ValueError as e:
-        raise GatherError("nvidia-smi -q -x output unreadable on host %s: %s" % (socket.gethostname(), e))
-
-
 def gather(module):
+    """Gather mode: the facts named in O(gather), each read by the facts modules' own code; a source that cannot be
+    read is null with the reason in gather_errors."""
     p = module.params
+    readers = {
+        "rdma_nics": lambda: gather_rdma_nics(module, p["bin_path"], p["sysfs_root"], ofed_info=p["ofed_info"],
+                                              fabric_manager_devices=p["fabric_manager_devices"])[0],
+        "gpu_topology": lambda: dict(gather_gpu_topology(module, p["bin_path"], p["sysfs_root"], read_topo=p["read_topo"])[0],
+                                     topology_read=bool(p["read_topo"])),
+    }
     facts, errors = {}, {}
-    for source, fn in (("rdma_nics", gather_rdma_nics), ("gpu_topology", gather_gpu_topology)):
+    for source in ("rdma_nics", "gpu_topology"):
         if source not in p["gather"]:
             continue
         try:
-            facts[source] = fn(module, p["bin_path"], p["sysfs_root"])
-        except (GatherError, OSError, IOError) as e:
+            facts[source] = readers[source]()
+        except (ToolError, OSError, IOError) as e:
             facts[source] = None
             errors[source] = str(e)
     if p["as_facts"]:
@@ -307,9 +262,6 @@ def main():
             extra_rows=dict(type="list", elements="dict", default=[]),
             policy=dict(type="dict", default={}),
             enforce=dict(type="bool", default=False),
-            report_dir=dict(type="path"),
-            report_name=dict(type="str", default="latest"),
-            prometheus_dir=dict(type="path"),
             gather=dict(type="list", elements="str", choices=["rdma_nics", "gpu_topology"], default=[]),
             bin_path=dict(type="list", elements="path", default=[]),
             sysfs_root=dict(type="path", default="/sys"),
@@ -345,7 +297,7 @@ def main():
         res = check_host(p["rdma_nics"], rows, policy)
         msgs = host_messages(p["host"], res)
         out = dict(changed=False, status=res["status"], verdicts=res["verdicts"], counts=res["counts"],
-                   messages=msgs, artifacts=[], rows_used=len(rows))
+                   messages=msgs, rows_used=len(rows))
         for v in res["verdicts"]:
             if v["severity"] == "warn":
                 module.warn("NIC firmware gate (policy warn): " + device_message(p["host"], v))
@@ -356,25 +308,8 @@ def main():
         module.exit_json(**out)
 
     report = audit_fleet(p["hosts"], rows, policy)
-    md = render_markdown(report)
-    artifacts = []
-    try:
-        if p["report_dir"]:
-            base_path = os.path.join(p["report_dir"], p["report_name"])
-            artifacts.append(_write(base_path + ".md", md))
-            artifacts.append(_write(base_path + ".json", to_json(report)))
-            if p["report_name"] != "latest":
-                artifacts.append(_write(os.path.join(p["report_dir"], "latest.md"), md))
-                artifacts.append(_write(os.path.join(p["report_dir"], "latest.json"), to_json(report)))
-        if p["prometheus_dir"]:
-            for host in sorted(report["hosts"]):
-                artifacts.append(_write(os.path.join(p["prometheus_dir"], "b300_nic_firmware_%s.prom" % _safe_name(host)),
-                                        render_prometheus(host, report)))
-    except (IOError, OSError) as e:
-        module.fail_json(msg="nic_firmware_check: cannot write audit report: %s" % e, markdown=md)
     msgs = [m for e in report["hosts"].values() for m in e.get("messages", [])]
-    module.exit_json(changed=False, report=report, markdown=md, exit_code=report["summary"]["exit_code"],
-                     messages=msgs, artifacts=artifacts)
+    module.exit_json(changed=False, report=report, exit_code=report["summary"]["exit_code"], messages=msgs)
 
 
 if __name__ == "__main__":

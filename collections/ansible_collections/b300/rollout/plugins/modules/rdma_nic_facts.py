@@ -15,7 +15,20 @@ description:
     fabric-manager ConnectX-7 of an HGX B300 the role C(fabric_manager) (never usable for data).
   - Read-only; runs in check mode too.
 version_added: "0.1.0"
-author: b300-rollout
+author: b300-rollout maintainers (@b300-rollout)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.facts
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+  facts:
+    support: full
+    details: Returns C(ansible_facts.rdma_nics).
 options:
   bin_path:
     description: Directories searched for ofed_info and mlxfwmanager before PATH (the C(hw_bin_path) inventory variable).
@@ -74,19 +87,8 @@ ansible_facts:
       returned: always
 """
 
-import os
-import socket
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.b300.rollout.plugins.module_utils.rdma_nic import build_rdma_nics
-
-
-def run_tool(module, argv):
-    rc, out, err = module.run_command(argv)
-    if rc != 0:
-        module.fail_json(msg="%s: `%s` failed on host %s (rc=%s, expected 0): %s" % (
-            os.path.basename(argv[0]), " ".join(argv), socket.gethostname(), rc, (err or out).strip()[:500]), rc=rc)
-    return out
+from ansible_collections.b300.rollout.plugins.module_utils.tools import ToolError, gather_rdma_nics
 
 
 def main():
@@ -102,36 +104,13 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    host = socket.gethostname()
-    dirs = p["bin_path"]
-
-    ofed_info = p["ofed_info_path"] or module.get_bin_path("ofed_info", opt_dirs=dirs)
-    if p["ofed_info_path"] and not os.path.exists(p["ofed_info_path"]):
-        module.fail_json(msg="ofed_info: %s not found on host %s" % (p["ofed_info_path"], host))
-    ofed_text = run_tool(module, [ofed_info, "-s"]) if ofed_info else None
-
-    mlxfw_text = None
-    if p["run_mlxfwmanager"] is not False:
-        mlxfw = p["mlxfwmanager_path"] or module.get_bin_path("mlxfwmanager", opt_dirs=dirs)
-        if mlxfw and not os.path.exists(mlxfw):
-            mlxfw = None
-        if mlxfw:
-            mlxfw_text = run_tool(module, [mlxfw, "--query"])
-        elif p["run_mlxfwmanager"]:
-            module.fail_json(msg="mlxfwmanager not found on host %s (searched %s and PATH); run_mlxfwmanager=true "
-                                 "expects NVIDIA MFT to be installed" % (host, dirs or "no extra dirs"))
-    mst_text = None
-    if mlxfw_text and "/dev/mst/" in mlxfw_text:
-        # MST service running: mlxfwmanager names devices /dev/mst/mt4129_pciconf0; mst status -v maps them to PCI
-        mst = module.get_bin_path("mst", opt_dirs=dirs)
-        if mst:
-            mrc, mout, _merr = module.run_command([mst, "status", "-v"])
-            mst_text = mout if mrc == 0 else None  # without it, pending images stay host-level findings
-    facts = build_rdma_nics(sysfs_root=p["sysfs_root"], ofed_info_text=ofed_text, mlxfwmanager_text=mlxfw_text,
-                            mst_status_text=mst_text,
-                            kernel_release=os.uname().release, fabric_manager_devices=p["fabric_manager_devices"])
-    module.exit_json(changed=False, ansible_facts={"rdma_nics": facts},
-                     tools={"ofed_info": ofed_info, "mlxfwmanager_ran": mlxfw_text is not None})
+    try:
+        facts, tools = gather_rdma_nics(module, p["bin_path"], p["sysfs_root"], ofed_info_path=p["ofed_info_path"],
+                                        mlxfwmanager_path=p["mlxfwmanager_path"], run_mlxfwmanager=p["run_mlxfwmanager"],
+                                        fabric_manager_devices=p["fabric_manager_devices"])
+    except ToolError as exc:
+        module.fail_json(msg=str(exc), **({"rc": exc.rc} if exc.rc is not None else {}))
+    module.exit_json(changed=False, ansible_facts={"rdma_nics": facts}, tools=tools)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,16 @@ description:
   - Returns one entry per instance (host, role, GPUs, ports, RDMA devices, argv, env, unit and env file names), the
     router argv and every validation error. Fails when there is any error, unless O(fail_on_errors=false).
 version_added: "1.0.0"
-author: b300-rollout
+author: b300-rollout maintainers (@b300-rollout)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 options:
   profile:
     description: Profile data (the YAML file as a dict, C(name) must be set).
@@ -148,6 +157,8 @@ def main():
                   warnings_list=plan["warnings"], exec_start=exec_start,
                   **{k: plan.get(k) for k in ("profile", "mode", "version", "router_version", "model_path",
                                               "served_model_name", "needs_mooncake")})
+    for warning in plan["warnings"]:
+        module.warn(warning)
     if plan["errors"] and p["fail_on_errors"]:
         module.fail_json(msg="SGLang plan for profile %s has %d error(s):\n- %s"
                          % (plan.get("profile"), len(plan["errors"]), "\n- ".join(plan["errors"])), **result)

@@ -16,7 +16,17 @@ description:
     query CSV; the probe then also runs C(nvidia-smi dmon -c 1) once to check that dmon prints GPU rows.
   - Returns the plan that C(thermal_soak_runner.py) executes. Reads only; safe in check mode.
 version_added: "0.1.0"
-author: b300-rollout
+author: b300-rollout maintainers (@b300-rollout)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+    details: Only reads the host (tools found, GPUs, loader candidates); it starts nothing.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 options:
   bin_path:
     description: Directories searched before PATH for C(nvidia-smi) and the gpu-burn tool (C(hw_bin_path)).
@@ -161,11 +171,10 @@ import os
 import sys
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.b300.rollout.plugins.module_utils.thermal import (build_plan, choose_loader, dmon_argv,
-                                                                          invalid_field, legacy_fields, parse_dmon,
-                                                                          parse_samples)
+from ansible_collections.b300.rollout.plugins.module_utils.thermal import (
+    build_plan, choose_loader, dmon_argv, invalid_field, legacy_fields, parse_dmon, parse_samples)
 
-TORCH_CHECK = "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"
+TORCH_CHECK = "import torch; raise SystemExit(0 if torch.cuda.is_available() else 1)"
 
 
 def _find(module, names, dirs):
@@ -268,7 +277,8 @@ def main():
                           nccl_args=p["nccl_args"], burn_args=p["burn_args"], load_env=p["load_env"],
                           sampler=p["sampler"], dmon_groups=p["dmon_groups"])
     module.exit_json(changed=False, python=sys.executable, nvidia_smi=smi, fields=fields, legacy_fields=legacy, gpu_indices=gpu_indices,
-                     loader=kind, loader_path=loader_path, sampler=p["sampler"], dmon_gpu_indices=dmon_indices, loader_problem=problem, candidates=candidates, plan=plan)
+                     loader=kind, loader_path=loader_path, sampler=p["sampler"], dmon_gpu_indices=dmon_indices,
+                     loader_problem=problem, candidates=candidates, plan=plan)
 
 
 if __name__ == "__main__":

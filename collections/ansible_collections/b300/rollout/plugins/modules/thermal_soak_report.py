@@ -16,7 +16,17 @@ description:
     C(hot) when a GPU exceeded O(ceiling_c); C(throttled) when counted clock-event reasons were active in more than
     O(throttle_max_fraction) of loaded samples or the SM clock fell more than O(clock_drop_max_pct) under load.
 version_added: "0.1.0"
-author: b300-rollout
+author: b300-rollout maintainers (@b300-rollout)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+    details: In check mode leftover load processes are listed but not killed.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 options:
   out_dir:
     description: Directory of the runner's output on the host.
