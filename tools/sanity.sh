@@ -2,7 +2,7 @@
 # make sanity: `ansible-test sanity` on the b300.rollout collection (every test but pslint: no PowerShell here).
 # ansible-test builds one virtualenv per sanity tool with pinned requirements from the package index (first run about
 # 3 minutes, later runs about 1 minute, cached in ~/.ansible/test/venv). Its pip bootstrap script comes from
-# ci-files.testing.ansible.com, which this network cannot reach: when none is cached, tools/ansible-test-get-pip.py
+# ansible-test's own download site, which this network cannot reach: when none is cached, tools/ansible-test-get-pip.py
 # (ensurepip + pip install) stands in for it.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
