@@ -819,7 +819,8 @@ def cuda_init_error(env=None):
     import subprocess  # noqa: PLC0415 - only on emulated hosts
     try:
         res = subprocess.run([os.path.join(root, "bin", "nvidia-smi"), "--query-gpu=fabric.state",
-                              "--format=csv,noheader"], capture_output=True, text=True, timeout=30, check=False)
+                              "--format=csv,noheader"], capture_output=True, text=True, timeout=30, check=False,
+                             env=dict(env))
         states = [x.strip() for x in res.stdout.splitlines() if x.strip()]
     except (OSError, subprocess.TimeoutExpired) as exc:
         states = ["unknown (%s)" % exc]
