@@ -9,6 +9,7 @@ as by a REJECT rule. Then the deploy is refused in its validate play naming both
 hosts changed (no glm52_pd unit written, the running units untouched). Finally the block is lifted and the same check
 passes (the deploy run with --tags always: the validate play and read-only preflight only).
 """
+import os
 import pathlib
 
 import pytest
@@ -48,6 +49,8 @@ def test_blocked_bootstrap_port_is_refused_before_anything_changes(sandbox):
         r = sandbox.ansible_playbook(PLAYBOOK, "-e", "sglang_profile=glm52_pd", limit="b300a,b300b", check=False,
                                      timeout=600)
         text = r.stdout + r.stderr
+        if os.environ.get("REACH_DEBUG_OUT"):
+            pathlib.Path(os.environ["REACH_DEBUG_OUT"]).write_text(text)
         assert r.returncode != 0, "deploy passed although b300b -> b300a tcp/%d is blocked (%s)" % (PORT, method)
         assert "b300b -> b300a" in text and "tcp port %d" % PORT in text, text[-5000:]
         assert "ip saddr %s tcp dport %d accept" % (B300B_ADDR, PORT) in text, text[-5000:]
