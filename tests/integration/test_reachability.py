@@ -24,9 +24,10 @@ pytestmark = pytest.mark.integration
 NFT_BLOCK = ("nft add table inet b300test && nft add chain inet b300test input "
              "'{ type filter hook input priority 0; policy accept; }' && "
              "nft add rule inet b300test input ip saddr %s tcp dport %d drop" % (B300B_ADDR, PORT))
-STRAY = ("nohup python3 -c 'import socket,time; s=socket.socket(); "
+# a transient unit survives the end of the `podman exec` session (a backgrounded process would not)
+STRAY = ("systemd-run --unit b300test-stray --collect python3 -c 'import socket,time; s=socket.socket(); "
          "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind((\"0.0.0.0\", %d)); time.sleep(300)' "
-         ">/dev/null 2>&1 & echo $! > /run/b300test-stray.pid" % PORT)
+         "&& sleep 1 && systemctl is-active b300test-stray" % PORT)
 
 
 def _state(sandbox):
@@ -59,8 +60,7 @@ def test_blocked_bootstrap_port_is_refused_before_anything_changes(sandbox):
         print("refused (%s): %s" % (method, [ln for ln in text.splitlines() if "tcp port %d" % PORT in ln][:1]))
     finally:
         sandbox.exec("b300a", "nft delete table inet b300test 2>/dev/null; "
-                              "[ -f /run/b300test-stray.pid ] && kill $(cat /run/b300test-stray.pid); "
-                              "rm -f /run/b300test-stray.pid; true", check=False)
+                              "systemctl stop b300test-stray 2>/dev/null; true", check=False)
     # unblocked: the same paths pass (validate entry point only: read-only apart from the listener)
     ok = sandbox.ansible_playbook(PLAYBOOK, "-e", "sglang_profile=glm52_pd", "--tags", "always", "--skip-tags",
                                   "install,units,deploy", limit="b300a,b300b", check=False, timeout=600)
