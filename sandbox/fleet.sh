@@ -10,6 +10,8 @@
 #   sandbox/fleet.sh ssh HOST [CMD]   SSH into a host with the sandbox key
 #   sandbox/fleet.sh inventory        print the inventory path that covers the running fleet
 #   sandbox/fleet.sh provision CONTAINER [SCENARIO]   emulated hardware into any container (molecule's prepare)
+#   sandbox/fleet.sh reboot [HOST...]   power-cycle hosts (default: all running): restart the containers, wait for
+#                                     sshd; nothing is provisioned and no Ansible runs (boot realism: sandbox/hwemu)
 #
 # Layout (docs/CONTRACTS.md "Sandbox"): containers b300-<host>, hostnames b300a, b300b, ... b300z, then b300h27...;
 # network b300-sandbox 10.89.30.0/24 (internal: no route out), host i at 10.89.30.(10+i); root SSH with the
@@ -445,7 +447,27 @@ cmd_ssh() {
   exec ssh "${SSH_OPTS[@]}" "root@$(host_ip "$i")" "$@"
 }
 
-usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; }
+# reboot [HOST...]: a power cycle. The container restarts (PID 1 anew, /run emptied: nvidia_uvm "unloaded", the
+# emulated fabric starts "In Progress"); the disk (/etc, /opt, /var) stays. Units come back as systemd starts them.
+cmd_reboot() {
+  with_lock
+  local t0 h i cs=() ips=(); t0=$(now)
+  if [ $# -eq 0 ]; then
+    mapfile -t cs < <(podman ps --filter "label=$LABEL" --format '{{.Names}}' | sort -V)
+  else
+    for h in "$@"; do cs+=("b300-${h#b300-}"); done
+  fi
+  [ ${#cs[@]} -gt 0 ] || die "reboot: no running sandbox host"
+  for h in "${cs[@]}"; do
+    podman container exists "$h" || die "no sandbox host ${h#b300-} (container $h)"
+    i=$(host_index "$h"); ips+=("$(host_ip "$i")")
+  done
+  podman restart -t 3 "${cs[@]}" >/dev/null 2>"$STATE/start.err" || { cat "$STATE/start.err" >&2; die "podman restart failed"; }
+  wait_ssh "${ips[@]}"
+  log "reboot: ${cs[*]#b300-} back (sshd answering) in $(since "$t0") s; no Ansible run"
+}
+
+usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; }
 
 sub=${1:-}; shift || true
 case "$sub" in
@@ -456,6 +478,7 @@ case "$sub" in
   scenario) cmd_scenario "$@" ;;
   ssh) cmd_ssh "$@" ;;
   provision) cmd_provision "$@" ;;
+  reboot) cmd_reboot "$@" ;;
   inventory) inventory_path ;;
   -h | --help | help) usage ;;
   *) usage >&2; exit 2 ;;

@@ -51,6 +51,62 @@ def time_scale():
         return 1.0
 
 
+# --------------------------------------------------------------------------------------------- boot realism
+# A real HGX host after a power cycle: nvidia_uvm is not loaded until something loads it (nvidia-modprobe -u, or
+# /etc/modules-load.d), and the fabric state stays "In Progress" until nvidia-fabricmanager has configured the NVLink
+# fabric (CUDA fails with error 802 meanwhile). Both are emulated per container boot: /run is a tmpfs that a restart
+# empties, and the boot time is the start time of PID 1.
+def run_dir():
+    return os.environ.get("HWEMU_RUN_DIR") or "/run/hwemu"
+
+
+def uvm_loaded():
+    return os.path.exists(os.path.join(run_dir(), "nvidia-uvm"))
+
+
+def fabric_delay_s():
+    """Seconds after boot until the fabric state reads Completed: $HWEMU_FABRIC_DELAY_S, <root>/fabric_delay_s, 8."""
+    v = os.environ.get("HWEMU_FABRIC_DELAY_S")
+    if v is None:
+        try:
+            with open(os.path.join(root_dir(), "fabric_delay_s")) as fh:
+                v = fh.read().strip()
+        except OSError:
+            v = "8"
+    try:
+        return float(v)
+    except ValueError:
+        return 8.0
+
+
+def boot_age_s():
+    """Seconds since this (container) host booted: now minus the start time of PID 1; large when unreadable."""
+    try:
+        with open("/proc/1/stat") as fh:
+            start_ticks = float(fh.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as fh:
+            uptime = float(fh.read().split()[0])
+        return uptime - start_ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 1e9
+
+
+def fabric_state():
+    return "Completed" if boot_age_s() >= fabric_delay_s() else "In Progress"
+
+
+def nvidia_modprobe(argv):
+    """Stand-in for the setuid nvidia-modprobe: `-u` loads nvidia_uvm (creates <run_dir>/nvidia-uvm); -c=N accepted."""
+    if not any(a in ("-u", "--unified-memory") for a in argv):
+        return None
+    if os.geteuid() != 0:
+        die("nvidia-modprobe: cannot load nvidia-uvm: Operation not permitted (emulated: not root)", 1)
+    os.makedirs(run_dir(), exist_ok=True)
+    with open(os.path.join(run_dir(), "nvidia-uvm"), "w") as fh:
+        fh.write("loaded %d\n" % int(time.time()))
+    return None
+
+
 def read_load():
     try:
         with open(os.path.join(state_dir(), "load.json")) as fh:
@@ -64,6 +120,7 @@ def load_state():
     if name in scenarios.REAL_SCENARIOS:
         return None
     st = model.build_state(name, hostname())
+    st["fabric_state"] = fabric_state()
     ld = read_load()
     if ld:
         now = time.time()
@@ -720,6 +777,7 @@ TOOLS = {
     "mlxup": lambda a: mlxfwmanager(a, "mlxup"), "ofed_info": ofed_info, "modinfo": modinfo, "flint": flint,
     "mstflint": lambda a: flint(a, "mstflint"), "all_reduce_perf": run_all_reduce, "mpirun": mpirun,
     "gpu_burn": gpu_burn, "gpu-burn": gpu_burn, "hwemu-scenario": hwemu_scenario,
+    "nvidia-modprobe": nvidia_modprobe,
 }
 
 

@@ -294,8 +294,9 @@ def gpu_element(st, g, tmpl):
     s("max_clocks/video_clock", "%d MHz" % st["max_video_clock"])
     s("max_customer_boost_clocks/graphics_clock", "%d MHz" % st["max_sm_clock"])
     degraded = bool(g["nvlink_down"])
-    s("fabric/state", "Completed")
-    s("fabric/status", "Success")
+    fabric_done = st.get("fabric_state", "Completed") == "Completed"
+    s("fabric/state", "Completed" if fabric_done else "In Progress")
+    s("fabric/status", "Success" if fabric_done else "N/A")
     s("fabric/cliqueId", st["clique_id"])
     s("fabric/clusterUuid", st["cluster_uuid"])
     health = {"summary": "Limited Capacity" if degraded else "Healthy",
@@ -588,7 +589,8 @@ def _qf(st, g):
         "pcie.link.width.current": (None, 16), "pcie.link.width.max": (None, 16),
         "mig.mode.current": (None, "Disabled"), "mig.mode.pending": (None, "Disabled"),
         "compute_mode": (None, "Default"), "fan.speed": ("%", "[N/A]"),
-        "fabric.state": (None, "Completed"), "fabric.status": (None, "Success"),
+        "fabric.state": (None, st.get("fabric_state", "Completed")),
+        "fabric.status": (None, "Success" if st.get("fabric_state", "Completed") == "Completed" else "N/A"),
         "clocks_event_reasons.active": (None, "0x%016x" % mask),
         "clocks_event_reasons.supported": (None, "0x%016x" % 0x1FF),
     }

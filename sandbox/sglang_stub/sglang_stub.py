@@ -797,10 +797,46 @@ def banner(st, argv):
     sys.stderr.flush()
 
 
+def cuda_init_error(env=None):
+    """What CUDA initialisation would say on an emulated host (sandbox/hwemu), or None when it would succeed.
+
+    Like a real host after a power cycle: without nvidia_uvm loaded (no /dev/nvidia-uvm; emulated by
+    <HWEMU_RUN_DIR>/nvidia-uvm, created by hwemu's nvidia-modprobe -u) CUDA cannot initialise; while the NVLink fabric
+    is not configured (nvidia-smi fabric state not Completed) CUDA fails with error 802. No hwemu: no check.
+    """
+    env = os.environ if env is None else env
+    root = env.get("SGLANG_STUB_HWEMU_ROOT", "/opt/hwemu")
+    modprobe = os.path.join(root, "bin", "nvidia-modprobe")
+    if not os.path.exists(modprobe):
+        return None
+    run_dir = env.get("HWEMU_RUN_DIR") or "/run/hwemu"
+    if not os.path.exists(os.path.join(run_dir, "nvidia-uvm")):
+        return ("RuntimeError: CUDA driver initialization failed, you might not have a CUDA gpu. "
+                "(emulated: nvidia_uvm not loaded, %s/nvidia-uvm absent; load it with nvidia-modprobe -u -c=0)"
+                % run_dir)
+    import subprocess  # noqa: PLC0415 - only on emulated hosts
+    try:
+        res = subprocess.run([os.path.join(root, "bin", "nvidia-smi"), "--query-gpu=fabric.state",
+                              "--format=csv,noheader"], capture_output=True, text=True, timeout=30, check=False,
+                             env=dict(env))
+        states = [x.strip() for x in res.stdout.splitlines() if x.strip()]
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        states = ["unknown (%s)" % exc]
+    bad = [x for x in states if x not in ("Completed", "N/A", "[N/A]")]
+    if bad:
+        return ("RuntimeError: CUDA error: system not yet initialized (cudaErrorSystemNotReady, error 802) "
+                "(emulated: GPU fabric state %s, not Completed)" % bad[0])
+    return None
+
+
 def serve(version, argv, env=None):
     ns, warnings = parse_serve_args(version, argv)
     for w in warnings:
         log("WARNING", w)
+    err = cuda_init_error(env)
+    if err:
+        log("ERROR", err)
+        return 1
     st = StubState(ns, version, env)
     # like SGLang 0.5.17 (srt/entrypoints/engine.py) at INFO: the API key appears in this line (issue 15 redaction test)
     log("INFO", "server_args=ServerArgs(model_path=%r, host=%r, port=%d, api_key=%r)" % (st.model_path, st.host, st.port, st.api_key))
