@@ -10,7 +10,7 @@ N ?= 2
 PROFILE ?= kimi_k3
 SANDBOX_INV := inventory/sandbox
 
-.PHONY: help deps venv image wheelhouse sandbox sandbox-down demo test lint unit parser integration molecule thermal audit reliability
+.PHONY: help deps venv image wheelhouse sandbox sandbox-down demo test lint unit parser integration molecule thermal audit reliability acceptance
 
 help:
 	@echo "make demo      bring up the sandbox (2 emulated B300 hosts) and run site.yml -l b300a,b300b on it (PROFILE=kimi_k3|glm52_pd)"
@@ -62,6 +62,10 @@ molecule: image wheelhouse
 
 thermal: venv  ## before go-live on real hosts: 1 h GPU soak, verdict + plots in artifacts/thermal/
 	ansible-playbook playbooks/thermal_soak.yml -l b300a,b300b
+
+acceptance: venv  ## go-live acceptance of PROFILE (seed traffic through the router, verdict, artifacts/acceptance/latest); INV=inventory/production for the real hosts
+	$(if $(INV),,sandbox/fleet.sh up $(N) && tools/demo.sh $(PROFILE) >/dev/null &&) \
+	ansible-playbook playbooks/acceptance.yml -i $(or $(INV),$(SANDBOX_INV)) -l b300a,b300b -e sglang_profile=$(PROFILE)
 
 reliability: sandbox wheelhouse  ## rolling restart / version change / faults under load on the sandbox (~30 min)
 	$(PY) tools/reliability.py

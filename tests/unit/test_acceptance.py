@@ -117,3 +117,9 @@ def test_prometheus_textfile_and_agreement():
     text = acc.prometheus_textfile(rep)
     assert 'verdict="accepted"} 1' in text and 'verdict="errors"} 0' in text
     assert acc.hits_agree(0.77, 0.76) and not acc.hits_agree(0.77, 0.5)
+
+
+def test_round_robin_over_two_caches_needs_a_longer_system_prompt():
+    assert acc.cache_domains("round_robin", 2) == 2 and acc.cache_domains("cache_aware", 2) == 1
+    s = acc.gsp_shape(65536, 1024, 0.77, 25, 20, domains=2)
+    assert s["system_prompt_len"] == 56064 and abs(s["predicted_hit"] - 0.77) < 0.001   # 0.77 * 65536 / 0.9

@@ -30,24 +30,32 @@ DEFAULT_THRESHOLDS = {"max_failed_pct": 1.0, "min_rdma_share": 0.5, "cache_miss_
                       "min_seed_ratio": 0.9, "max_regression_pct": 10.0, "hit_agreement_points": 3.0}
 
 
-def gsp_shape(input_len, output_len, target_hit, groups, prompts_per_group, page=64):
-    """System-prompt and question lengths for a target hit rate (fraction): S = target * L * P / (P-1)."""
-    if prompts_per_group < 2:
-        raise ValueError("prompts_per_group must be >= 2 (the first prompt of a group always misses)")
-    if not 0 < target_hit < (prompts_per_group - 1) / prompts_per_group:
-        raise ValueError("target hit %.4f is not reachable with %d prompts per group (max %.4f)"
-                         % (target_hit, prompts_per_group, (prompts_per_group - 1) / prompts_per_group))
-    ideal = target_hit * input_len * prompts_per_group / (prompts_per_group - 1)
+def cache_domains(policy, instances):
+    """How many prefix caches one group's prompts land on: 1 under a prefix-sticky policy (cache_aware, or manual /
+    consistent_hashing with --gsp-send-routing-key), else every instance (round_robin, random, power_of_two)."""
+    return 1 if policy in ("cache_aware", "manual", "consistent_hashing", "prefix_hash") else max(1, instances)
+
+
+def gsp_shape(input_len, output_len, target_hit, groups, prompts_per_group, page=64, domains=1):
+    """System-prompt and question lengths for a target hit rate (fraction). Each of the `domains` caches a group
+    reaches misses once (facts 1.5: (P-1)/P*S/L sticky, (P-2)/P*S/L round_robin over 2): S = target*L*P/(P-domains)."""
+    if prompts_per_group <= domains:
+        raise ValueError("prompts_per_group must be > %d (each cache a group reaches misses once)" % domains)
+    top = (prompts_per_group - domains) / prompts_per_group
+    if not 0 < target_hit < top:
+        raise ValueError("target hit %.4f is not reachable with %d prompts per group over %d cache(s) (max %.4f)"
+                         % (target_hit, prompts_per_group, domains, top))
+    ideal = target_hit * input_len / top
     system = int(round(ideal / page)) * page if page > 1 else int(round(ideal))
     system = min(system, input_len - 1)
     question = input_len - system
-    predicted = (prompts_per_group - 1) / prompts_per_group * system / input_len
+    predicted = top * system / input_len
     return {"input_len": input_len, "output_len": output_len, "system_prompt_len": system, "question_len": question,
             "groups": groups, "prompts_per_group": prompts_per_group, "num_requests": groups * prompts_per_group,
-            "target_hit": target_hit, "predicted_hit": round(predicted, 6), "page": page}
+            "target_hit": target_hit, "predicted_hit": round(predicted, 6), "page": page, "cache_domains": domains}
 
 
-def scaled_shape(seed, scale=1.0, page=64):
+def scaled_shape(seed, scale=1.0, page=64, domains=1):
     """The seed's shape, scaled: lengths x scale (input >= 256, output >= 16), groups x scale (>= 3), the same
     prompts per group, rate, concurrency and target hit. scale=1 is the seed shape itself."""
     if not 0 < scale <= 1:
@@ -57,7 +65,8 @@ def scaled_shape(seed, scale=1.0, page=64):
     output_len = seed["output_len"] if full else max(16, int(seed["output_len"] * scale))
     groups = seed["groups"] if full else max(3, int(math.ceil(seed["groups"] * scale)))
     pg = page if full else (16 if input_len < 16 * 64 * 4 else page)
-    shape = gsp_shape(input_len, output_len, seed["hit_rate"], groups, seed["prompts_per_group"], page=pg)
+    shape = gsp_shape(input_len, output_len, seed["hit_rate"], groups, seed["prompts_per_group"], page=pg,
+                      domains=domains)
     shape.update(request_rate=seed["request_rate"], max_concurrency=seed["max_concurrency"], scale=scale)
     return shape
 
@@ -289,4 +298,150 @@ def prometheus_textfile(report):
               "# HELP b300_acceptance_timestamp_seconds End of the last acceptance run.",
               "# TYPE b300_acceptance_timestamp_seconds gauge",
               'b300_acceptance_timestamp_seconds{profile="%s"} %s' % (report["profile"], report.get("end_epoch", 0))]
+    return "\n".join(lines) + "\n"
+
+
+def router_policy(router_args, mode):
+    """The policy deciding where a group's prompts are prefilled (PD: --prefill-policy, else --policy)."""
+    args = list(router_args or [])
+    for flag in (("--prefill-policy", "--policy") if mode == "pd" else ("--policy",)):
+        if flag in args and args.index(flag) + 1 < len(args):
+            return args[args.index(flag) + 1]
+    return "cache_aware"   # the router's default (facts 1.5)
+
+
+def plan_run(plan, seed, scale, client_python, tokenizer, outdir, tag, base_url=None, extra_args=(), sample_s=2.0):
+    """Everything the client host needs: shape, bench argv, env, workers to flush/scrape, cache engine type."""
+    mode = plan.get("mode") or "regular"
+    cache_role = "prefill" if mode == "pd" else "worker"
+    instances = plan.get("instances") or []
+    cache_instances = [i for i in instances if i["role"] == cache_role]
+    policy = router_policy((plan.get("router") or {}).get("args"), mode)
+    domains = cache_domains(policy, len(cache_instances))
+    shape = scaled_shape(seed, scale, domains=domains)
+    extra = list(extra_args)
+    if policy in ("manual", "consistent_hashing") and "--gsp-send-routing-key" not in extra:
+        extra.append("--gsp-send-routing-key")
+    argv = bench_argv(client_python, shape, base_url or plan["router"]["url"], plan["served_model_name"], tokenizer,
+                      outdir + "/bench.jsonl", tag, extra=extra)
+    workers = [{"id": i["id"], "url": i["url"], "role": i["role"], "host": i["host"],
+                "ib_devices": list(i.get("ib_devices") or [])} for i in instances]
+    env = dict(BENCH_ENV)
+    env["HOME"] = outdir   # GSP caches its prompts under ~/.cache/sglang/benchmark (key ignores the tokenizer path)
+    return {"shape": shape, "argv": argv, "env": env, "workers": workers, "policy": policy, "mode": mode,
+            "engine_type": "prefill" if mode == "pd" else "unified",
+            "spec": {"outdir": outdir, "argv": argv, "env": env, "workers": workers,
+                     "total": shape["num_requests"], "sample_s": sample_s}}
+
+
+def _counter_series(samples, key, urls):
+    return [(s["t"], sum((s["workers"].get(u) or {}).get(key, 0.0) for u in urls)) for s in samples]
+
+
+def build_report(profile, run_plan, seed, result, bench, samples, nic_before, nic_after, previous=None,
+                 thresholds=None, label="", run_id="", startup_lines=None):
+    """The report dict (report.json). nic_*: {instance_id: {device: {port_xmit_data, port_rcv_data}}}."""
+    th = dict(DEFAULT_THRESHOLDS)
+    th.update(thresholds or {})
+    shape = run_plan["shape"]
+    engine = run_plan["engine_type"]
+    workers = run_plan["workers"]
+    cache_urls = [w["url"] for w in workers if w["role"] in ("prefill", "worker")]
+    out_urls = [w["url"] for w in workers if w["role"] in ("decode", "worker")]
+    before = {u: t for u, t in result["metrics_before"].items() if u in cache_urls}
+    after = {u: t for u, t in result["metrics_after"].items() if u in cache_urls}
+    hit = server_cache_hit(before, after, engine)
+    cr = (bench or {}).get("cache_report") or {}
+    hit_resp = (cr["total_cached_tokens"] / cr["total_prompt_tokens"]) if cr.get("total_prompt_tokens") else None
+    sent = shape["num_requests"]
+    completed = (bench or {}).get("completed") or 0
+    failed = sent - completed if result.get("rc") == 0 and bench else sent
+    decode_series = _counter_series(samples, "sglang:realtime_tokens_total", out_urls)
+    cached_series = _counter_series(samples, "sglang:cached_tokens_total", cache_urls)
+    prompt_series = _counter_series(samples, "sglang:prompt_tokens_total", cache_urls)
+    rdma = None
+    expected = 0
+    if run_plan["mode"] == "pd":
+        for u in [w["url"] for w in workers if w["role"] == "prefill"]:
+            expected += 1048576 * (counter_sum(parse_prometheus(result["metrics_after"].get(u, "")),
+                                               "sglang:kv_transfer_total_mb_sum") -
+                                   counter_sum(parse_prometheus(result["metrics_before"].get(u, "")),
+                                               "sglang:kv_transfer_total_mb_sum"))
+        insts = [{"id": w["id"], "role": w["role"],
+                  "devices": rdma_bytes((nic_before or {}).get(w["id"], {}), (nic_after or {}).get(w["id"], {}))}
+                 for w in workers]
+        rdma = rdma_verdicts(insts, expected, th["min_rdma_share"])
+        for iid, lines in (startup_lines or {}).items():
+            if iid in rdma:
+                rdma[iid]["startup"] = list(lines or [])
+                if any("Using TCP transport" in ln for ln in lines or []):
+                    rdma[iid].update(verdict="tcp_fallback", why=rdma[iid]["why"] + "; the transfer engine logged "
+                                     "'Using TCP transport (no HCA detected)'")
+    measured = {"sent": sent, "failed": failed, "output_throughput": (bench or {}).get("output_throughput"),
+                "hit_servers": hit["hit"], "hit_responses": hit_resp}
+    v, rule, fired = verdict(measured, seed, shape["target_hit"], previous, rdma, th)
+    tput = measured["output_throughput"]
+    report = {
+        "profile": profile, "run": run_id, "label": label, "verdict": v, "rule": rule, "rules_fired": fired,
+        "requests": {"sent": sent, "completed": completed, "failed": failed},
+        "output_throughput_tok_s": tput,
+        "output_throughput_vs_seed": round(tput / seed["output_throughput"], 4) if tput else None,
+        "online_p95_output_tok_s": online_p95(decode_series),
+        "online_p95_definition": "p95 (nearest rank) of output tok/s per 10 s window, from the decode-side "
+                                 "sglang:realtime_tokens_total{mode=decode} sampled every %.0f s during the run"
+                                 % run_plan["spec"]["sample_s"],
+        "latency_ms": {m: {s: (bench or {}).get("%s_%s_ms" % (s, m)) for s in ("median", "p95", "p99")}
+                       for m in ("ttft", "tpot", "itl", "e2e_latency")},
+        "cache_hit_rate": {"counters": hit["hit"], "responses": round(hit_resp, 6) if hit_resp is not None else None,
+                           "target": shape["target_hit"], "predicted": shape["predicted_hit"],
+                           "agree": hits_agree(hit["hit"], hit_resp, th["hit_agreement_points"]),
+                           "engine_type": engine, "prompt_tokens": hit["prompt_tokens"],
+                           "cached_tokens": hit["cached_tokens"]},
+        "seed": {"output_throughput_tok_s": seed["output_throughput"], "hit_rate": seed["hit_rate"],
+                 "online_p95_tok_s": seed.get("online_p95"), "source": seed.get("source")},
+        "previous": previous,
+        "shape": shape, "router_policy": run_plan["policy"], "argv": result.get("argv"),
+        "duration_s": (bench or {}).get("duration"), "client_rc": result.get("rc"),
+        "start_epoch": result.get("start_epoch"), "end_epoch": result.get("end_epoch"),
+        "series": {"decode_tokens": decode_series, "cached_tokens": cached_series, "prompt_tokens": prompt_series},
+        "thresholds": th,
+    }
+    if rdma is not None:
+        report["rdma"] = rdma
+        report["rdma_expected_kv_bytes"] = int(expected)
+    return report
+
+
+def report_markdown(r):
+    def f(x, fmt="%.2f"):
+        return "n/a" if x is None else fmt % x
+    ch = r["cache_hit_rate"]
+    lines = ["# Acceptance %s: %s" % (r["profile"], r["verdict"].upper()), "",
+             "%s" % r["label"], "", "Run %s. Rule: %s" % (r["run"], r["rule"]), "",
+             "| measure | this run | seed | ratio |", "|---|---|---|---|",
+             "| output throughput (tok/s, client) | %s | %s | %s |" % (
+                 f(r["output_throughput_tok_s"]), f(r["seed"]["output_throughput_tok_s"]),
+                 f(r["output_throughput_vs_seed"], "%.3f")),
+             "| online P95 (tok/s, 10 s windows) | %s | %s | |" % (f(r["online_p95_output_tok_s"]),
+                                                                   f(r["seed"]["online_p95_tok_s"])),
+             "| cache hit, servers (%s) | %s | %s | |" % (ch["engine_type"], f(ch["counters"] and ch["counters"] * 100),
+                                                         f(r["seed"]["hit_rate"] * 100)),
+             "| cache hit, responses | %s | target %s | agree: %s |" % (
+                 f(ch["responses"] and ch["responses"] * 100), f(ch["target"] * 100), ch["agree"]),
+             "| requests sent / failed | %d / %d | | |" % (r["requests"]["sent"], r["requests"]["failed"]), "",
+             "| latency (ms) | p50 | p95 | p99 |", "|---|---|---|---|"]
+    for m, v in r["latency_ms"].items():
+        lines.append("| %s | %s | %s | %s |" % (m, f(v["median"]), f(v["p95"]), f(v["p99"])))
+    if r.get("rdma"):
+        lines += ["", "## KV over RDMA (expected %d KV bytes)" % r["rdma_expected_kv_bytes"], "",
+                  "| instance | role | devices | bytes | verdict |", "|---|---|---|---|---|"]
+        for i, x in sorted(r["rdma"].items()):
+            lines.append("| %s | %s | %s | %d | %s (%s) |" % (i, x["role"], ",".join(x["devices"]) or "-",
+                                                              x["bytes"], x["verdict"], x["why"]))
+    s = r["shape"]
+    lines += ["", "Shape: GSP %d groups x %d prompts, system %d + question %d tokens -> %d out, %s RPS, concurrency %s,"
+              " scale %s, router policy %s (%d cache domain(s))." % (
+                  s["groups"], s["prompts_per_group"], s["system_prompt_len"], s["question_len"], s["output_len"],
+                  s["request_rate"], s["max_concurrency"], s["scale"], r["router_policy"], s["cache_domains"]),
+              "", "Client: `%s`" % " ".join(r.get("argv") or [])]
     return "\n".join(lines) + "\n"
