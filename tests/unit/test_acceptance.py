@@ -123,3 +123,8 @@ def test_round_robin_over_two_caches_needs_a_longer_system_prompt():
     assert acc.cache_domains("round_robin", 2) == 2 and acc.cache_domains("cache_aware", 2) == 1
     s = acc.gsp_shape(65536, 1024, 0.77, 25, 20, domains=2)
     assert s["system_prompt_len"] == 56064 and abs(s["predicted_hit"] - 0.77) < 0.001   # 0.77 * 65536 / 0.9
+
+
+def test_active_span_drops_idle_head_and_tail():
+    pts = [(0, 0), (1, 0), (2, 0), (3, 10), (4, 20), (5, 20), (6, 20)]
+    assert acc.active_span(pts) == [(2, 0), (3, 10), (4, 20)]

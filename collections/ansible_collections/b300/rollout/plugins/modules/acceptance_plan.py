@@ -23,6 +23,7 @@ options:
   base_url: {description: Router URL (default the plan's router URL)., type: str}
   extra_args: {description: Extra bench_serving arguments., type: list, elements: str, default: []}
   sample_s: {description: Seconds between /metrics samples during the run., type: float, default: 2.0}
+  client_env: {description: Extra environment of the client., type: dict, default: {}}
 author: [b300-rollout]
 """
 
@@ -56,11 +57,13 @@ def main():
         "tokenizer": {"type": "str", "required": True}, "outdir": {"type": "str", "required": True},
         "tag": {"type": "str", "required": True}, "base_url": {"type": "str"},
         "extra_args": {"type": "list", "elements": "str", "default": []},
-        "sample_s": {"type": "float", "default": 2.0}}, supports_check_mode=True)
+        "sample_s": {"type": "float", "default": 2.0},
+        "client_env": {"type": "dict", "default": {}}}, supports_check_mode=True)
     p = module.params
     try:
         run_plan = acceptance.plan_run(p["plan"], p["seed"], p["scale"], p["client_python"], p["tokenizer"],
-                                       p["outdir"], p["tag"], p["base_url"], p["extra_args"], p["sample_s"])
+                                       p["outdir"], p["tag"], p["base_url"], p["extra_args"], p["sample_s"],
+                                       p["client_env"])
     except (ValueError, KeyError, TypeError) as exc:
         module.fail_json(msg="acceptance plan: %s" % exc)
     module.exit_json(changed=False, run_plan=run_plan)
