@@ -339,7 +339,9 @@ def plan_run(plan, seed, scale, client_python, tokenizer, outdir, tag, base_url=
                 "ib_devices": list(i.get("ib_devices") or [])} for i in instances]
     env = dict(BENCH_ENV)
     env.update(client_env or {})
-    env["HOME"] = outdir   # GSP caches its prompts under ~/.cache/sglang/benchmark (key ignores the tokenizer path)
+    # GSP caches its generated prompts under ~/.cache/sglang/benchmark (the key ignores the tokenizer path): one home
+    # for the client next to the runs, so a re-run of the same shape skips the generation
+    env["HOME"] = outdir.rstrip("/").rsplit("/", 1)[0] + "/.client-home"
     return {"shape": shape, "argv": argv, "env": env, "workers": workers, "policy": policy, "mode": mode,
             "engine_type": "prefill" if mode == "pd" else "unified",
             "spec": {"outdir": outdir, "argv": argv, "env": env, "workers": workers,
