@@ -30,6 +30,12 @@ def acceptance(profile, *extra):
     return json.loads((LATEST / "report.json").read_text())
 
 
+def rep_ports():
+    """The worker instances (id, port) of the last acceptance run's plan (report.json's argv has none: use spec)."""
+    spec = json.loads((LATEST / "spec.json").read_text())
+    return [{"id": w["id"], "port": int(w["url"].rsplit(":", 1)[1])} for w in spec["workers"]]
+
+
 def check_common(rep, profile):
     for key in ("profile", "verdict", "requests", "output_throughput_tok_s", "cache_hit_rate", "seed"):
         assert key in rep
@@ -56,7 +62,10 @@ def test_glm52_pd_scaled_run_rdma_then_tcp_fallback():
     check_common(rep, "glm52_pd")
     assert rep["verdict"] == "accepted", rep["rule"]
     assert rep["rdma"] and all(r["verdict"] == "rdma" and r["bytes"] > 0 for r in rep["rdma"].values()), rep["rdma"]
-    force = "for d in /run/sglang-stub/*/; do echo tcp > $d/mooncake_transport; done"
+    # the units' service user cannot create /run/sglang-stub/<port> itself (tools/reliability.py does the same)
+    force = ("for p in %s; do mkdir -p /run/sglang-stub/$p && chmod 755 /run/sglang-stub /run/sglang-stub/$p && "
+             "echo tcp > /run/sglang-stub/$p/mooncake_transport && chmod 644 /run/sglang-stub/$p/mooncake_transport; "
+             "done" % " ".join(str(i["port"]) for i in rep_ports()))
     on_host("b300a", force)
     on_host("b300b", force)
     try:
