@@ -128,3 +128,35 @@ def test_round_robin_over_two_caches_needs_a_longer_system_prompt():
 def test_active_span_drops_idle_head_and_tail():
     pts = [(0, 0), (1, 0), (2, 0), (3, 10), (4, 20), (5, 20), (6, 20)]
     assert acc.active_span(pts) == [(2, 0), (3, 10), (4, 20)]
+
+
+def _pd_result(kv_mb):
+    def m(prompt, cached, kv):
+        return ('sglang:prompt_tokens_total{engine_type="prefill"} %d\n'
+                'sglang:cached_tokens_total{engine_type="prefill",cache_source="total"} %d\n'
+                'sglang:kv_transfer_total_mb_sum{engine_type="prefill"} %f\n' % (prompt, cached, kv))
+    return {"rc": 0, "metrics_before": {"http://p:1": m(0, 0, 0)}, "metrics_after": {"http://p:1": m(1000, 770, kv_mb)},
+            "argv": ["x"]}
+
+
+def _pd_plan():
+    plan = {"mode": "pd", "served_model_name": "G", "router": {"url": "http://r:1", "args": []},
+            "instances": [{"id": "P0", "url": "http://p:1", "role": "prefill", "host": "a", "ib_devices": ["mlx5_0"]},
+                          {"id": "D0", "url": "http://d:1", "role": "decode", "host": "b", "ib_devices": ["mlx5_1"]}]}
+    return acc.plan_run(plan, GLM, 0.05, "py", "/tok", "/runs/x", "t")
+
+
+def test_build_report_pd_rdma_then_tcp_fallback_from_flat_counters():
+    bench = {"completed": 60, "output_throughput": 5000.0, "cache_report": {"total_prompt_tokens": 1000,
+                                                                             "total_cached_tokens": 770}}
+    rp = _pd_plan()
+    assert rp["env"]["HOME"] == "/runs/.client-home" and rp["engine_type"] == "prefill"
+    moved_b = {"P0": {"mlx5_0": {"port_xmit_data": 0}}, "D0": {"mlx5_1": {"port_rcv_data": 0}}}
+    moved_a = {"P0": {"mlx5_0": {"port_xmit_data": 262144}}, "D0": {"mlx5_1": {"port_rcv_data": 262144}}}
+    ok = acc.build_report("glm52_pd", rp, GLM, _pd_result(1.0), bench, [], moved_b, moved_a)
+    assert ok["verdict"] == "accepted" and ok["rdma"]["D0"]["bytes"] == 1048576
+    flat = acc.build_report("glm52_pd", rp, GLM, _pd_result(1.0), bench, [], moved_b, moved_b,
+                            startup_lines={"D0": ["Using TCP transport (no HCA detected)"]})
+    assert flat["verdict"] == "tcp_fallback" and "P0" in flat["rule"] and "D0" in flat["rule"]
+    assert "Using TCP transport" in flat["rdma"]["D0"]["why"]
+    assert "KV over RDMA" in acc.report_markdown(flat)
