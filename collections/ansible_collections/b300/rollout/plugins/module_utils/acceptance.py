@@ -238,7 +238,7 @@ def rdma_verdicts(instances, expected_bytes, min_share=0.5):
         moved = sum(d.get(key, 0) for d in inst["devices"].values())
         if not inst["devices"]:
             verdict, why = "tcp_fallback", "no --disaggregation-ib-device: Mooncake auto-discovery or TCP"
-        elif share and moved < min_share * share:
+        elif moved <= 0 or (share and moved < min_share * share):
             verdict, why = "tcp_fallback", "%d bytes on %s, expected about %d" % (moved, ",".join(inst["devices"]), share)
         else:
             verdict, why = "rdma", "%d bytes on %s" % (moved, ",".join(inst["devices"]))
