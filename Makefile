@@ -66,6 +66,11 @@ molecule: image wheelhouse
 thermal: venv  ## before go-live on real hosts: 1 h GPU soak, verdict + plots in artifacts/thermal/
 	ansible-playbook playbooks/thermal_soak.yml -l b300a,b300b
 
+acceptance: venv  ## go-live acceptance of PROFILE (seed traffic through the router, verdict, artifacts/acceptance/latest); INV=inventory/production for the real hosts
+	$(if $(INV),,tools/acceptance/client_venv.sh && sandbox/fleet.sh up $(N) && tools/build-wheelhouse.sh && \
+	  ansible-playbook playbooks/sglang_deploy.yml -i $(SANDBOX_INV) -l b300a,b300b -e sglang_profile=$(PROFILE) &&) \
+	ansible-playbook playbooks/acceptance.yml -i $(or $(INV),$(SANDBOX_INV)) -l b300a,b300b -e sglang_profile=$(PROFILE)
+
 reliability: sandbox wheelhouse  ## rolling restart / version change / faults under load on the sandbox (~30 min)
 	$(PY) tools/reliability.py
 

@@ -716,6 +716,23 @@ def gpu_burn(argv):
 
 
 # --------------------------------------------------------------------------------------------- scenario switch
+def add_traffic_counters(tree):
+    """ports/1/counters/{port_xmit_data,port_rcv_data,...} = 0 (octets / 4, like mlx5) on every emulated HCA, writable
+    by the sglang-stub (it runs as the service user) which adds the KV bytes it moves over the device
+    (roles/acceptance reads them before/after a run). Not part of the rendered fixtures."""
+    ib = os.path.join(tree, "class", "infiniband")
+    for dev in sorted(os.listdir(ib)) if os.path.isdir(ib) else []:
+        ports = os.path.join(ib, dev, "ports")
+        for port in sorted(os.listdir(ports)) if os.path.isdir(ports) else []:
+            cdir = os.path.join(ports, port, "counters")
+            os.makedirs(cdir, exist_ok=True)
+            os.chmod(cdir, 0o777)
+            for name in ("port_xmit_data", "port_rcv_data", "port_xmit_packets", "port_rcv_packets"):
+                with open(os.path.join(cdir, name), "w") as fh:
+                    fh.write("0\n")
+                os.chmod(os.path.join(cdir, name), 0o666)
+
+
 def set_scenario(name, root=None):
     root = root or root_dir()
     if name not in scenarios.ALL:
@@ -735,6 +752,7 @@ def set_scenario(name, root=None):
     else:
         st = model.build_state(name, os.environ.get("HWEMU_HOSTNAME") or hostname())
         model.build_sys_tree(st, tmp)
+        add_traffic_counters(tmp)
     import shutil
     if os.path.isdir(tree):
         shutil.rmtree(tree)

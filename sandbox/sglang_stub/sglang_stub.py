@@ -25,7 +25,6 @@ Environment knobs (all optional):
 
 import argparse
 import collections
-import hashlib
 import json
 import os
 import re
@@ -34,6 +33,9 @@ import socket
 import sys
 import threading
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 import uuid
 from decimal import Decimal
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -328,6 +330,29 @@ class StubState:
         self.last_bootstrap = None
         self.seen_prompts = set()
         self.latencies = []
+        # acceptance (roles/acceptance): an honest prefix cache, PD KV hand-off and emulated NIC counters
+        self.prefix_cache = PrefixCache(int(getattr(ns, "page_size", None) or 1),
+                                        int(env.get("SGLANG_STUB_CACHE_TOKENS") or
+                                            getattr(ns, "max_total_tokens", None) or 1000000))
+        self.engine_type = {"prefill": "prefill", "decode": "decode"}.get(self.mode, "unified")
+        self.ib_devices = [d.strip() for d in re.split(r"[,\s]+", str(getattr(ns, "disaggregation_ib_device", None)
+                                                                       or "")) if d.strip() and ":" not in d]
+        self.sysfs_root = env.get("SGLANG_STUB_SYSFS_ROOT", "/opt/hwemu/sys")
+        self.kv_bytes_per_token = int(env.get("SGLANG_STUB_KV_BYTES_PER_TOKEN", "4096"))
+        self.kv_rooms = {}
+
+    def active_devices(self):
+        return active_hcas(self.sysfs_root, self.ib_devices)
+
+    def transport(self):
+        """Mooncake's choice: TCP when MC_FORCE_TCP is set (or the control file `mooncake_transport` says tcp, the
+        sandbox's way to emulate a lost HCA) or when no listed device has an ACTIVE port; RDMA otherwise."""
+        forced = (self._control("mooncake_transport") or "").strip()
+        if forced in ("tcp", "rdma"):
+            return forced
+        if self.env.get("MC_FORCE_TCP"):
+            return "tcp"
+        return "rdma" if self.active_devices() else "tcp"
 
     # -- knobs ---------------------------------------------------------------------------------------------------
     def _control(self, name):
@@ -387,6 +412,79 @@ class StubState:
         # No model_path / tokenizer_path: the real router would try to download a tokenizer for them.
         return {"is_generation": True, "model_type": "stub", "architectures": ["StubForCausalLM"],
                 "served_model_name": self.served_model_name, "test_double": True}
+
+
+class PrefixCache:
+    """Radix-like prefix cache of token blocks (page_size tokens each, chained hashes), a token capacity and LRU
+    eviction. match() returns the cached prefix length in tokens; insert() adds the prompt's full blocks."""
+
+    def __init__(self, block, capacity):
+        self.block = max(1, block)
+        self.capacity = max(self.block, capacity)
+        self.blocks = collections.OrderedDict()
+        self.evicted = 0
+
+    def _keys(self, tokens):
+        keys, h = [], 0
+        for i in range(0, len(tokens) - len(tokens) % self.block, self.block):
+            h = hash((h, tuple(tokens[i:i + self.block])))
+            keys.append(h)
+        return keys
+
+    def match(self, tokens):
+        n = 0
+        for k in self._keys(tokens):
+            if k not in self.blocks:
+                break
+            self.blocks.move_to_end(k)
+            n += 1
+        return min(n * self.block, max(0, len(tokens) - 1))
+
+    def insert(self, tokens):
+        for k in self._keys(tokens):
+            self.blocks[k] = True
+            self.blocks.move_to_end(k)
+        while len(self.blocks) * self.block > self.capacity:
+            self.blocks.popitem(last=False)
+            self.evicted += self.block
+
+    def clear(self):
+        self.blocks.clear()
+
+
+def bump_nic_counters(sysfs_root, devices, name, nbytes):
+    """Emulated NIC: add nbytes (spread over devices) to ports/1/counters/<name>, in 4-byte units like mlx5."""
+    if not devices or nbytes <= 0 or os.path.realpath(sysfs_root) == "/sys":
+        return
+    import fcntl  # pylint: disable=import-outside-toplevel
+    share = nbytes // len(devices)
+    for dev in devices:
+        path = os.path.join(sysfs_root, "class", "infiniband", dev, "ports", "1", "counters", name)
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "a+", encoding="utf-8") as fh:
+                fcntl.flock(fh, fcntl.LOCK_EX)
+                fh.seek(0)
+                old = int((fh.read().strip() or "0"))
+                fh.seek(0)
+                fh.truncate()
+                fh.write("%d\n" % (old + share // 4))
+        except (OSError, ValueError) as exc:
+            log("WARNING", "emulated NIC counter %s not writable: %s" % (path, exc))
+
+
+def active_hcas(sysfs_root, devices):
+    """Mooncake-like discovery: the listed devices whose port 1 is ACTIVE in the (emulated) sysfs."""
+    out = []
+    for dev in devices:
+        try:
+            with open(os.path.join(sysfs_root, "class", "infiniband", dev, "ports", "1", "state"),
+                      encoding="utf-8") as fh:
+                if "ACTIVE" in fh.read():
+                    out.append(dev)
+        except OSError:
+            continue
+    return out
 
 
 def count_tokens(text):
@@ -538,6 +636,7 @@ class Handler(BaseHTTPRequestHandler):
         if path == "/flush_cache":
             with st.lock:
                 st.seen_prompts.clear()
+                st.prefix_cache.clear()
             return self._send(200, "Cache flushed.\nPlease check backend logs for more details. "
                                    "(When there are running or waiting requests, the operation will not be performed.)\n",
                               ctype="text/plain")
@@ -602,18 +701,45 @@ class Handler(BaseHTTPRequestHandler):
 
         prompt = prompt_of(path, body)
         p_tokens = count_tokens(prompt)
-        key = hashlib.sha256(prompt.encode()).hexdigest()
+        toks = str(prompt).split() or [""]
         with st.lock:
-            cached = p_tokens - 1 if key in st.seen_prompts else 0
-            st.seen_prompts.add(key)
+            # decode has no radix cache (SGLang PD): its cached_tokens is the prefill's, carried with the KV
+            cached = 0 if st.mode == "decode" else st.prefix_cache.match(toks)
             st.inflight_tokens += p_tokens
         try:
+            if st.mode == "prefill":
+                time.sleep(st.latency_s() / 2)   # the prefill computes, then the blocks enter the cache
+                with st.lock:
+                    st.prefix_cache.insert(toks)
+                    st.kv_rooms[str(body.get("bootstrap_room"))] = {"cached": cached, "prompt_tokens": p_tokens,
+                                                                    "time": time.monotonic()}
+                    for room in [r for r, v in st.kv_rooms.items() if time.monotonic() - v["time"] > 600]:
+                        del st.kv_rooms[room]
+            elif st.mode == "decode":
+                try:
+                    cached = self._pull_kv(body, p_tokens)
+                except (RuntimeError, OSError, ValueError) as exc:
+                    log("ERROR", "Decode transfer failed: %s" % exc)
+                    with st.lock:
+                        st.counters["kv_transfer_failed"] += 1
+                    entry["status"] = 500
+                    st.record(entry)
+                    return self._send(500, {"error": {"message": "KVTransferError: %s" % exc}})
+            else:
+                with st.lock:
+                    st.prefix_cache.insert(toks)
             text = "" if st.mode == "prefill" else st.answer_text()
             words = text.split(" ") if text else []
+            sp = body.get("sampling_params") or {}
+            if words and sp.get("ignore_eos") and sp.get("max_new_tokens"):
+                # bench_serving sends ignore_eos + max_new_tokens: exactly that many tokens, like the real server
+                n = int(sp["max_new_tokens"])
+                words = (words * (n // len(words) + 1))[:n]
+                text = " ".join(words)
             c_tokens = len(words)
             usage = {"prompt_tokens": p_tokens, "completion_tokens": c_tokens, "total_tokens": p_tokens + c_tokens,
                      "prompt_tokens_details": {"cached_tokens": cached}}
-            latency = st.latency_s() if st.mode != "prefill" else st.latency_s() / 2
+            latency = st.latency_s() if st.mode != "prefill" else 0.0
             if body.get("stream"):
                 status = self._stream(path, body, rid, words, usage, latency)
             else:
@@ -627,12 +753,41 @@ class Handler(BaseHTTPRequestHandler):
                 st.counters["prompt_tokens"] += p_tokens
                 st.counters["generation_tokens"] += c_tokens
                 st.counters["cached_tokens"] += cached
+                st.counters["realtime_decode_tokens"] += 0 if body.get("stream") else c_tokens
                 st.latencies.append(time.monotonic() - t0)
                 del st.latencies[:-1000]
             return None
         finally:
             with st.lock:
                 st.inflight_tokens -= p_tokens
+
+    def _pull_kv(self, body, p_tokens):
+        """Decode side of the PD hand-off: wait for the prefill's KV of this bootstrap_room and pull it. Over RDMA
+        the bytes appear on the NIC counters of both sides' --disaggregation-ib-device; over TCP they do not."""
+        st = self.state
+        host, port, room = body.get("bootstrap_host"), body.get("bootstrap_port"), body.get("bootstrap_room")
+        if not host or room is None:
+            return 0
+        transport = st.transport()
+        url = "http://%s:%s/stub/kv?room=%s&transport=%s&devices=%s" % (
+            "[%s]" % host if ":" in str(host) else host, port or 8998, room, transport, ",".join(st.ib_devices))
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(url, timeout=10) as resp:
+                    info = json.loads(resp.read() or b"{}")
+            except urllib.error.HTTPError as exc:
+                if exc.code == 404:
+                    time.sleep(0.02)
+                    continue
+                raise RuntimeError("KV transfer failed: prefill answered %d" % exc.code) from exc
+            if info.get("transport") == "rdma":
+                bump_nic_counters(st.sysfs_root, st.active_devices(), "port_rcv_data", info["kv_bytes"])
+            with st.lock:
+                st.counters["kv_pulled_bytes"] += info["kv_bytes"]
+                st.counters["kv_pulled_%s" % info.get("transport")] += 1
+            return int(info.get("cached", 0))
+        raise RuntimeError("Failed to get kvcache from prefill instance, it might be dead (stub: room %s)" % room)
 
     def _full_response(self, path, body, rid, text, usage, t0):
         st = self.state
@@ -675,6 +830,8 @@ class Handler(BaseHTTPRequestHandler):
                                        "logprobs": None, "finish_reason": None}]))
         for i, w in enumerate(words):
             time.sleep(latency / steps)
+            with st.lock:
+                st.counters["realtime_decode_tokens"] += 1
             piece = w if i == 0 else " " + w
             sent.append(piece)
             if path == "/v1/chat/completions":
@@ -717,7 +874,7 @@ class Handler(BaseHTTPRequestHandler):
             lat = list(st.latencies)
         prompt, cached = c.get("prompt_tokens", 0), c.get("cached_tokens", 0)
         hit = (cached / prompt) if prompt else 0.0
-        labels = 'model_name="%s",engine_type="unified",tp_rank="0",pp_rank="0"' % st.served_model_name
+        labels = 'model_name="%s",engine_type="%s",tp_rank="0",pp_rank="0"' % (st.served_model_name, st.engine_type)
         lines = ["# TEST DOUBLE: sglang-stub %s (%s) - these figures are synthetic" % (st.version, st.instance)]
 
         def metric(name, mtype, value, help_):
@@ -735,6 +892,19 @@ class Handler(BaseHTTPRequestHandler):
                "Number of generation tokens processed.")
         metric("cached_tokens_total", "counter", cached, "Number of cached prompt tokens.")
         metric("num_requests_total", "counter", c.get("requests_ok", 0), "Number of requests processed.")
+        lines.extend(["# HELP sglang:realtime_tokens_total Tokens processed, updated per batch.",
+                      "# TYPE sglang:realtime_tokens_total counter",
+                      'sglang:realtime_tokens_total{%s,mode="decode"} %d' % (labels, c.get("realtime_decode_tokens", 0)),
+                      'sglang:realtime_tokens_total{%s,mode="prefill_cache"} %d' % (labels, cached),
+                      'sglang:realtime_tokens_total{%s,mode="prefill_compute"} %d' % (labels, prompt - cached)])
+        if st.mode == "prefill":
+            lines.extend(["# HELP sglang:kv_transfer_total_mb KV transfer size per request (MB).",
+                          "# TYPE sglang:kv_transfer_total_mb histogram",
+                          "sglang:kv_transfer_total_mb_sum{%s} %.6f" % (labels, c.get("kv_transfer_mb_sum", 0.0)),
+                          "sglang:kv_transfer_total_mb_count{%s} %d" % (labels, c.get("kv_transfer_count", 0))])
+        if st.mode in ("prefill", "decode"):
+            metric("num_transfer_failed_reqs_total", "counter", c.get("kv_transfer_failed", 0),
+                   "Number of failed KV transfers.")
         metric("num_aborted_requests_total", "counter", c.get("generation_errors", 0), "Number of requests aborted.")
         buckets = [0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0]
         lines += ["# HELP sglang:e2e_request_latency_seconds Histogram of End-to-end request latency in seconds",
@@ -760,12 +930,40 @@ class BootstrapHandler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         if length:
             self.rfile.read(length)
+        if self.path.startswith("/stub/kv"):
+            return self._kv()
         body = b"OK" if self.path.startswith("/health") else json.dumps(
             {"test_double": True, "instance": self.state.instance, "bootstrap_port": self.state.bootstrap_port}).encode()
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+
+    def _kv(self):
+        st = self.state
+        q = dict(urllib.parse.parse_qsl(urllib.parse.urlparse(self.path).query))
+        with st.lock:
+            info = st.kv_rooms.pop(q.get("room"), None)
+        if info is None:
+            code, body = 404, {"error": "room not ready"}
+        else:
+            mine = st.transport()
+            if mine != q.get("transport"):
+                code, body = 500, {"error": "NotSupportedTransport: prefill %s, decode %s" % (mine, q.get("transport"))}
+            else:
+                nbytes = info["prompt_tokens"] * st.kv_bytes_per_token
+                if mine == "rdma":
+                    bump_nic_counters(st.sysfs_root, st.active_devices(), "port_xmit_data", nbytes)
+                with st.lock:
+                    st.counters["kv_transfer_mb_sum"] += nbytes / 1048576.0
+                    st.counters["kv_transfer_count"] += 1
+                code, body = 200, {"cached": info["cached"], "kv_bytes": nbytes, "transport": mine}
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
 
     do_GET = do_PUT = do_POST = _reply  # noqa: N815
 
@@ -851,6 +1049,15 @@ def serve(version, argv, env=None):
     if unknown:
         log("WARNING", "unknown stub faults ignored: %s (known: %s)" % (sorted(unknown), ", ".join(KNOWN_FAULTS)))
 
+    if st.mode in ("prefill", "decode"):
+        # Mooncake's startup lines (facts 4.1): discovery over the given devices, then the transport chosen
+        hcas = st.active_devices()
+        log("INFO", "Auto-discovering topology... (stub: devices %s)" % (",".join(st.ib_devices) or "auto"))
+        log("INFO", "Topology discovery complete. Found %d HCAs." % len(hcas))
+        if not hcas and st.env.get("MC_FORCE_HCA") == "1":
+            log("ERROR", "MC_FORCE_HCA=1 and no HCA found: Mooncake Transfer Engine initialization failed.")
+            return 1
+        log("INFO", "Using RDMA transport (RoCE/iWARP)" if hcas else "Using TCP transport (no HCA detected)")
     handler = type("BoundHandler", (Handler,), {"state": st})
     try:
         httpd = make_server(st.host, st.port, handler)
