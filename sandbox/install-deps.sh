@@ -4,7 +4,7 @@
 set -euo pipefail
 # iptables: netavark programs the (internal) sandbox network through it.
 # openssh-client: fleet.sh makes keys and checks SSH logins (ssh, ssh-keygen, ssh-keyscan in tests).
-PKGS=(podman debootstrap runc uidmap slirp4netns iptables openssh-client)
+PKGS=(podman debootstrap runc uidmap slirp4netns iptables nftables openssh-client)
 
 missing=()
 for p in "${PKGS[@]}"; do

@@ -185,7 +185,9 @@ def run_controller_side(spec):
     with tempfile.TemporaryDirectory(prefix="b300-badinput-") as d:
         inv, ev = write_inputs(spec, d)
         hw = {"hw_module_defaults": {"bin_path": [str(HWEMU / "bin")], "sysfs_root": str(pathlib.Path(d) / "sys")},
-              "ansible_python_interpreter": sys.executable, "ansible_become": False}
+              "ansible_python_interpreter": sys.executable, "ansible_become": False,
+              # the inputs only: the host-side checks (weights, address, ports) need the real hosts (E2E cases)
+              "sglang_host_checks": False}
         argv = (["ansible-playbook", "-i", str(ROOT / "inventory" / "sandbox")] + inv
                 + ["site.yml", "--tags", "preflight", "-l", "b300a,b300b", "-c", "local"] + ev
                 + ["-e", json.dumps(hw)])

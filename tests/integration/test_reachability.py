@@ -3,14 +3,14 @@ every worker port, decode host -> every prefill bootstrap port) with a short-liv
 bounded connect from the source host.
 
 Block one path between the two sandbox hosts: decode host b300b -> prefill bootstrap port 8998 on b300a (glm52_pd).
-With nftables in the container (needs CAP_NET_ADMIN) a `drop` rule for saddr b300b tcp dport 8998; where the container
-may not change its firewall, a stray process on b300a holds port 8998 bound without listening, so a connect is refused
-as by a REJECT rule. Then the deploy is refused in its validate play naming both hosts and the port, and nothing on the
+A real nftables `drop` rule for saddr b300b tcp dport 8998 in b300a's network namespace (set from the controller with
+nsenter: the container itself may not change its firewall), i.e. what a host firewall that forgot the port does. Then the deploy is refused in its validate play naming both hosts and the port, and nothing on the
 hosts changed (no glm52_pd unit written, the running units untouched). Finally the block is lifted and the same check
 passes (the deploy run with --tags always: the validate play and read-only preflight only).
 """
 import os
 import pathlib
+import subprocess
 
 import pytest
 
@@ -21,13 +21,19 @@ PORT = 8998
 
 pytestmark = pytest.mark.integration
 
-NFT_BLOCK = ("nft add table inet b300test && nft add chain inet b300test input "
-             "'{ type filter hook input priority 0; policy accept; }' && "
-             "nft add rule inet b300test input ip saddr %s tcp dport %d drop" % (B300B_ADDR, PORT))
-# a transient unit survives the end of the `podman exec` session (a backgrounded process would not)
-STRAY = ("systemd-run --unit b300test-stray --collect python3 -c 'import socket,time; s=socket.socket(); "
-         "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind((\"0.0.0.0\", %d)); time.sleep(300)' "
-         "&& sleep 1 && systemctl is-active b300test-stray" % PORT)
+NFT_RULES = ["add table inet b300test",
+             "add chain inet b300test input { type filter hook input priority 0 ; policy accept ; }",
+             "add rule inet b300test input ip saddr %s tcp dport %d drop" % (B300B_ADDR, PORT)]
+
+
+def _nft(sandbox, host, *cmds, check=True):
+    """nft in HOST's network namespace (the container's), run from the controller."""
+    pid = subprocess.run(["podman", "inspect", "-f", "{{.State.Pid}}", sandbox.container(host)], env=sandbox.env,
+                         capture_output=True, text=True, check=True).stdout.strip()
+    for c in cmds:
+        r = subprocess.run(["nsenter", "-t", pid, "-n", "nft"] + c.split(), capture_output=True, text=True)
+        if check and r.returncode != 0:
+            raise AssertionError("nft %s in %s: %s" % (c, host, r.stderr))
 
 
 def _state(sandbox):
@@ -41,10 +47,9 @@ def _state(sandbox):
 
 
 def test_blocked_bootstrap_port_is_refused_before_anything_changes(sandbox):
-    method = "nft"
-    if sandbox.exec("b300a", NFT_BLOCK, check=False).returncode != 0:
-        method = "stray socket bound, not listening"
-        sandbox.exec("b300a", "nft delete table inet b300test 2>/dev/null; " + STRAY)
+    method = "nftables drop rule"
+    _nft(sandbox, "b300a", "delete table inet b300test", check=False)
+    _nft(sandbox, "b300a", *NFT_RULES)
     try:
         before = _state(sandbox)
         r = sandbox.ansible_playbook(PLAYBOOK, "-e", "sglang_profile=glm52_pd", limit="b300a,b300b", check=False,
@@ -59,8 +64,7 @@ def test_blocked_bootstrap_port_is_refused_before_anything_changes(sandbox):
         assert _state(sandbox) == before, "hosts changed although the validate play refused"
         print("refused (%s): %s" % (method, [ln for ln in text.splitlines() if "tcp port %d" % PORT in ln][:1]))
     finally:
-        sandbox.exec("b300a", "nft delete table inet b300test 2>/dev/null; "
-                              "systemctl stop b300test-stray 2>/dev/null; true", check=False)
+        _nft(sandbox, "b300a", "delete table inet b300test", check=False)
     # unblocked: the same paths pass (validate entry point only: read-only apart from the listener)
     ok = sandbox.ansible_playbook(PLAYBOOK, "-e", "sglang_profile=glm52_pd", "--tags", "always", "--skip-tags",
                                   "install,units,deploy", limit="b300a,b300b", check=False, timeout=600)
