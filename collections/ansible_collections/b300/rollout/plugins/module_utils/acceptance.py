@@ -211,7 +211,7 @@ def active_span(samples):
 
 def online_p95(samples, window_s=10.0):
     """Pinned definition of the seed's 'online P95 throughput': p95 (nearest rank) of per-10 s output tok/s."""
-    return percentile([r for _, r in window_rates(samples, window_s)], 95)
+    return percentile([rate for t, rate in window_rates(samples, window_s)], 95)
 
 
 def rdma_bytes(before, after):
@@ -271,8 +271,8 @@ def verdict(measured, seed, target_hit, previous=None, rdma=None, thresholds=Non
     tput = measured.get("output_throughput") or 0.0
     ratio = tput / seed["output_throughput"] if seed.get("output_throughput") else None
     if ratio is not None and ratio < th["min_seed_ratio"]:
-        fired.append(("below_seed", "%.2f tok/s is %.1f%% of the seed's %.2f" % (tput, ratio * 100,
-                                                                              seed["output_throughput"])))
+        fired.append(("below_seed", "%.2f tok/s is %.1f%% of the seed's %.2f" % (
+            tput, ratio * 100, seed["output_throughput"])))
     if previous and previous.get("output_throughput"):
         drop = (1 - tput / previous["output_throughput"]) * 100
         if drop > th["max_regression_pct"]:
@@ -295,16 +295,16 @@ def prometheus_textfile(report):
     lines = ["# HELP b300_acceptance_verdict Go-live acceptance verdict (1 for the current verdict).",
              "# TYPE b300_acceptance_verdict gauge"]
     for v in VERDICTS:
-        lines.append('b300_acceptance_verdict{profile="%s",verdict="%s"} %d' % (report["profile"], v,
-                                                                              int(report["verdict"] == v)))
+        lines.append('b300_acceptance_verdict{profile="%s",verdict="%s"} %d' % (
+            report["profile"], v, int(report["verdict"] == v)))
     lines += ["# HELP b300_acceptance_output_throughput_tok_s Output token throughput of the last acceptance run.",
               "# TYPE b300_acceptance_output_throughput_tok_s gauge",
-              'b300_acceptance_output_throughput_tok_s{profile="%s"} %s' % (report["profile"],
-                                                                          report["output_throughput_tok_s"] or 0),
+              'b300_acceptance_output_throughput_tok_s{profile="%s"} %s' % (
+                  report["profile"], report["output_throughput_tok_s"] or 0),
               "# HELP b300_acceptance_cache_hit_ratio Server-side prefix cache hit of the last acceptance run.",
               "# TYPE b300_acceptance_cache_hit_ratio gauge",
-              'b300_acceptance_cache_hit_ratio{profile="%s"} %s' % (report["profile"],
-                                                                  report["cache_hit_rate"]["counters"] or 0),
+              'b300_acceptance_cache_hit_ratio{profile="%s"} %s' % (
+                  report["profile"], report["cache_hit_rate"]["counters"] or 0),
               "# HELP b300_acceptance_timestamp_seconds End of the last acceptance run.",
               "# TYPE b300_acceptance_timestamp_seconds gauge",
               'b300_acceptance_timestamp_seconds{profile="%s"} %s' % (report["profile"], report.get("end_epoch", 0))]
@@ -436,10 +436,10 @@ def report_markdown(r):
              "| output throughput (tok/s, client) | %s | %s | %s |" % (
                  f(r["output_throughput_tok_s"]), f(r["seed"]["output_throughput_tok_s"]),
                  f(r["output_throughput_vs_seed"], "%.3f")),
-             "| online P95 (tok/s, 10 s windows) | %s | %s | |" % (f(r["online_p95_output_tok_s"]),
-                                                                   f(r["seed"]["online_p95_tok_s"])),
-             "| cache hit, servers (%s) | %s | %s | |" % (ch["engine_type"], f(ch["counters"] and ch["counters"] * 100),
-                                                         f(r["seed"]["hit_rate"] * 100)),
+             "| online P95 (tok/s, 10 s windows) | %s | %s | |" % (
+                 f(r["online_p95_output_tok_s"]), f(r["seed"]["online_p95_tok_s"])),
+             "| cache hit, servers (%s) | %s | %s | |" % (
+                 ch["engine_type"], f(ch["counters"] and ch["counters"] * 100), f(r["seed"]["hit_rate"] * 100)),
              "| cache hit, responses | %s | target %s | agree: %s |" % (
                  f(ch["responses"] and ch["responses"] * 100), f(ch["target"] * 100), ch["agree"]),
              "| requests sent / failed | %d / %d | | |" % (r["requests"]["sent"], r["requests"]["failed"]), "",

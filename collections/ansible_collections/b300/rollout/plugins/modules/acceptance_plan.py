@@ -4,27 +4,70 @@
 from __future__ import annotations
 
 DOCUMENTATION = r"""
+---
 module: acceptance_plan
 short_description: Plan a go-live acceptance run of an SGLang profile (shape, client command, workers)
 description:
   - Computes the generated-shared-prefix shape (system-prompt and question lengths) that reaches the seed's target
     prefix-cache hit rate under the router's policy, scaled by O(scale), and the C(python -m sglang.bench_serving)
     command line (native C(sglang) backend, local tokenizer, hub off, C(--flush-cache), C(--cache-report)).
-  - Pure computation; logic in module_utils/acceptance.py.
+  - Pure computation; logic in module_utils/acceptance.py. Supports check mode.
+version_added: "1.0.0"
+author: b300-rollout maintainers (@b300-rollout)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 options:
-  plan: {description: The C(sglang_plan) registered by roles/sglang tasks/validate.yml., type: dict, required: true}
-  seed: {description: The seed figures and shape of the profile (roles/acceptance/vars/main.yml)., type: dict,
-         required: true}
-  scale: {description: Scale of lengths and groups, (0, 1]; 1 is the seed shape., type: float, default: 1.0}
-  client_python: {description: Python that runs bench_serving., type: str, required: true}
-  tokenizer: {description: Local tokenizer directory., type: str, required: true}
-  outdir: {description: Run directory on the client host., type: str, required: true}
-  tag: {description: bench_serving --tag., type: str, required: true}
-  base_url: {description: Router URL (default the plan's router URL)., type: str}
-  extra_args: {description: Extra bench_serving arguments., type: list, elements: str, default: []}
-  sample_s: {description: Seconds between /metrics samples during the run., type: float, default: 2.0}
-  client_env: {description: Extra environment of the client., type: dict, default: {}}
-author: [b300-rollout]
+  plan:
+    description: The C(sglang_plan) registered by roles/sglang tasks/validate.yml.
+    type: dict
+    required: true
+  seed:
+    description: The seed figures and shape of the profile (roles/acceptance/vars/main.yml).
+    type: dict
+    required: true
+  scale:
+    description: Scale of lengths and groups, in (0, 1]; C(1) is the seed shape.
+    type: float
+    default: 1.0
+  client_python:
+    description: Python that runs bench_serving.
+    type: str
+    required: true
+  tokenizer:
+    description: Local tokenizer directory (a path, not a secret).
+    type: str
+    required: true
+  outdir:
+    description: Run directory on the client host.
+    type: str
+    required: true
+  tag:
+    description: The C(--tag) of bench_serving.
+    type: str
+    required: true
+  base_url:
+    description: Router URL (default the plan's router URL).
+    type: str
+  extra_args:
+    description: Extra bench_serving arguments.
+    type: list
+    elements: str
+    default: []
+  sample_s:
+    description: Seconds between C(/metrics) samples during the run.
+    type: float
+    default: 2.0
+  client_env:
+    description: Extra environment of the client.
+    type: dict
+    default: {}
 """
 
 EXAMPLES = r"""
@@ -41,7 +84,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 run_plan:
-  description: shape, argv, env, workers, policy, mode, engine_type and the client spec (acceptance_client.py).
+  description: Shape, argv, env, workers, policy, mode, engine_type and the client spec (acceptance_client.py).
   returned: always
   type: dict
 """
@@ -54,7 +97,7 @@ def main():
     module = AnsibleModule(argument_spec={
         "plan": {"type": "dict", "required": True}, "seed": {"type": "dict", "required": True},
         "scale": {"type": "float", "default": 1.0}, "client_python": {"type": "str", "required": True},
-        "tokenizer": {"type": "str", "required": True}, "outdir": {"type": "str", "required": True},
+        "tokenizer": {"type": "str", "required": True, "no_log": False}, "outdir": {"type": "str", "required": True},
         "tag": {"type": "str", "required": True}, "base_url": {"type": "str"},
         "extra_args": {"type": "list", "elements": "str", "default": []},
         "sample_s": {"type": "float", "default": 2.0},

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 DOCUMENTATION = r"""
+---
 module: acceptance_report
 short_description: Verdict and report of a go-live acceptance run
 description:
@@ -11,22 +12,61 @@ description:
     client's bench.jsonl), the NIC counters read before and after, and the previous accepted report of this pair;
     writes report.json, report.md, acceptance.prom and PNG plots (matplotlib when importable) into O(run_dir) and
     points O(latest) at it. Verdicts and rules in module_utils/acceptance.py.
+version_added: "1.0.0"
+author: b300-rollout maintainers (@b300-rollout)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: none
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 options:
-  run_dir: {description: Run directory on the controller (artifacts/acceptance/<UTC>)., type: path, required: true}
-  latest: {description: The C(latest) symlink to (re)point at O(run_dir)., type: path, required: true}
-  profile: {description: Profile name., type: str, required: true}
-  run_plan: {description: The run_plan returned by acceptance_plan., type: dict, required: true}
-  seed: {description: The seed figures of the profile., type: dict, required: true}
-  nic_before: {description: "{instance: {device: {port_xmit_data, port_rcv_data}}} before the run.", type: dict,
-               default: {}}
-  nic_after: {description: The same after the run., type: dict, default: {}}
-  startup_lines: {description: "{instance: [transfer engine startup lines (HCAs found, transport chosen)]}.",
-                  type: dict, default: {}}
-  previous: {description: Path of the previous accepted report.json of this pair (missing is fine)., type: path}
-  thresholds: {description: Overrides of the verdict thresholds., type: dict, default: {}}
-  label: {description: A line on the report (the sandbox labels its figures as tooling measures)., type: str,
-          default: ""}
-author: [b300-rollout]
+  run_dir:
+    description: Run directory on the controller (C(artifacts/acceptance/<UTC>)).
+    type: path
+    required: true
+  latest:
+    description: The C(latest) symlink to (re)point at O(run_dir).
+    type: path
+    required: true
+  profile:
+    description: Profile name.
+    type: str
+    required: true
+  run_plan:
+    description: The C(run_plan) returned by M(b300.rollout.acceptance_plan).
+    type: dict
+    required: true
+  seed:
+    description: The seed figures of the profile.
+    type: dict
+    required: true
+  nic_before:
+    description: "C({instance: {device: {port_xmit_data, port_rcv_data}}}) before the run."
+    type: dict
+    default: {}
+  nic_after:
+    description: The same as O(nic_before), after the run.
+    type: dict
+    default: {}
+  startup_lines:
+    description: "C({instance: [transfer engine startup lines (HCAs found, transport chosen)]})."
+    type: dict
+    default: {}
+  previous:
+    description: Path of the previous accepted report.json of this pair (missing is fine).
+    type: path
+  thresholds:
+    description: Overrides of the verdict thresholds.
+    type: dict
+    default: {}
+  label:
+    description: A line on the report (the sandbox labels its figures as tooling measures).
+    type: str
+    default: ""
 """
 
 EXAMPLES = r"""
@@ -42,8 +82,8 @@ EXAMPLES = r"""
 
 RETURN = r"""
 report:
-  description: report.json's content (profile, verdict, rule, requests, output_throughput_tok_s, cache_hit_rate, seed,
-    rdma per instance for PD, ...).
+  description: The content of report.json without its time series (profile, verdict, rule, requests,
+    output_throughput_tok_s, cache_hit_rate, seed, rdma per instance for PD, ...).
   returned: always
   type: dict
 """
@@ -67,7 +107,7 @@ def _plots(report, bench, run_dir):
     rates = acceptance.window_rates(report["series"]["decode_tokens"], 10.0)
     fig, ax = plt.subplots(figsize=(9, 4))
     if rates:
-        ax.step([t for t, _ in rates], [r for _, r in rates], where="post", label="output tok/s per 10 s window")
+        ax.step([t for t, r in rates], [r for t, r in rates], where="post", label="output tok/s per 10 s window")
     ax.axhline(report["output_throughput_tok_s"] or 0, color="green", ls="--", label="client output throughput")
     ax.set_xlabel("s since start")
     ax.set_ylabel("tok/s")
@@ -92,9 +132,9 @@ def _plots(report, bench, run_dir):
     made.append("latency.png")
     fig, ax = plt.subplots(figsize=(9, 4))
     c, p = report["series"]["cached_tokens"], report["series"]["prompt_tokens"]
-    pts = [(t, (cc - c[0][1]) / (pp - p[0][1])) for (t, cc), (_, pp) in zip(c, p) if pp - p[0][1] > 0] if c else []
+    pts = [(t, (cc - c[0][1]) / (pp - p[0][1])) for (t, cc), (tp, pp) in zip(c, p) if pp - p[0][1] > 0] if c else []
     if pts:
-        ax.plot([t for t, _ in pts], [h * 100 for _, h in pts], label="cumulative hit (servers)")
+        ax.plot([t for t, h in pts], [h * 100 for t, h in pts], label="cumulative hit (servers)")
     ax.axhline(report["cache_hit_rate"]["target"] * 100, color="red", ls="--", label="target")
     ax.set_ylim(0, 100)
     ax.set_xlabel("s since start")
