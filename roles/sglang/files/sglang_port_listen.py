@@ -19,6 +19,9 @@ for spec in sys.argv[2:]:
     port, _, expected = spec.partition(":")
     port = int(port)
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # a service stopped a moment ago leaves TIME_WAIT connections on its port: without SO_REUSEADDR the bind fails
+    # with EADDRINUSE although nothing listens, and the path would be judged blocked (seen on a profile switch)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         s.bind(("0.0.0.0", port))
         s.listen(16)
