@@ -127,11 +127,13 @@ def test_unreachable_host_reported_and_exit_3(fleet, tmp_path):
     assert time.monotonic() - t0 < 120
 
 
-def sandbox_known_hosts(path, swap=False):
-    """known_hosts for the sandbox: each host's address with its SSH host key, which sandbox/fleet.sh generates once
-    per host in .cache/sandbox/hosts/<host>/etc/ssh/ (swap=True gives b300b the key of b300a: a wrong key)."""
-    keys = {h: (ROOT / ".cache" / "sandbox" / "hosts" / h / "etc" / "ssh" / "ssh_host_ed25519_key.pub").read_text()
-            .split()[:2] for h in HOSTS}
+def sandbox_known_hosts(sb, path, swap=False):
+    """known_hosts for the sandbox: each host's address with the SSH host key it really presents, read out of band
+    through `podman exec` (as an operator reads it on the console; the copy fleet.sh keeps in .cache/sandbox/hosts
+    belongs to the checkout that created the hosts, which need not be this one). swap=True gives b300b the key of
+    b300a: a wrong key."""
+    keys = {h: sb.exec(h, "cat /etc/ssh/ssh_host_ed25519_key.pub").stdout.split()[:2] for h in HOSTS}
+    assert all(len(k) == 2 and k[0] == "ssh-ed25519" for k in keys.values()), keys
     if swap:
         keys["b300b"] = keys["b300a"]
     path.write_text("".join("%s %s %s\n" % (ip, k[0], k[1]) for ip, k in
@@ -143,7 +145,7 @@ def test_audit_over_paramiko_checks_the_sandbox_host_keys(fleet, tmp_path):
     """The on-call audit over -c paramiko (no OpenSSH client involved), host keys checked against the sandbox's."""
     env = dict(fleet["sb"].env, ANSIBLE_VERBOSITY="3")
     r = fleet["sb"].run([str(ROOT / "tools" / "fw-audit"), "-i", "inventory/sandbox", "-l", "b300a,b300b", "-v",
-                         "-c", "paramiko", "--known-hosts", str(sandbox_known_hosts(tmp_path / "known_hosts")),
+                         "-c", "paramiko", "--known-hosts", str(sandbox_known_hosts(fleet["sb"], tmp_path / "known_hosts")),
                          "--report-dir", str(tmp_path / "rep")], check=False, env=env, timeout=600)
     out = r.stdout + r.stderr
     assert r.returncode == 2, out[-4000:]
@@ -154,7 +156,7 @@ def test_audit_over_paramiko_checks_the_sandbox_host_keys(fleet, tmp_path):
     assert bad == [("b300b", "mlx5_3", "mismatch")]
     # a wrong host key for b300b: paramiko refuses it, b300b is reported unreachable (exit 3), b300a still audited
     r = fleet["sb"].run([str(ROOT / "tools" / "fw-audit"), "-i", "inventory/sandbox", "-l", "b300a,b300b", "--json",
-                         "-c", "paramiko", "--known-hosts", str(sandbox_known_hosts(tmp_path / "bad", swap=True)),
+                         "-c", "paramiko", "--known-hosts", str(sandbox_known_hosts(fleet["sb"], tmp_path / "bad", swap=True)),
                          "--report-dir", str(tmp_path / "rep2")], check=False, timeout=600)
     assert r.returncode == 3, r.stdout[-3000:] + r.stderr[-3000:]
     rep = json.loads(r.stdout)
