@@ -76,7 +76,7 @@ class Sandbox:
 
     def ansible_json(self, pattern, module, module_args=None, *args, timeout=300):
         """Ad-hoc run with the json callback: {host: module result}; fails when any host failed/unreachable."""
-        env = dict(self.env, ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json")
+        env = dict(self.env, ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="ansible.posix.json")
         argv = ["ansible", pattern, "-i", self.inventory, "-m", module]
         if module_args is not None:
             argv += ["-a", module_args]
