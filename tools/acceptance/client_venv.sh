@@ -16,8 +16,8 @@ if [[ ! -f $DIR/.done ]]; then
   rm -rf "$V"
   python3.11 -m venv "$V"
   echo "$BASE_VENV/lib/python3.11/site-packages" > "$V/lib/python3.11/site-packages/zz_sglang_argcheck.pth"
-  "$V/bin/pip" install -q --disable-pip-version-check triton einops loguru
-  "$V/bin/pip" install -q --disable-pip-version-check --no-deps gguf compressed-tensors
+  "$V/bin/pip" install -q --disable-pip-version-check triton==3.9.0 einops==0.8.2 loguru==0.7.3
+  "$V/bin/pip" install -q --disable-pip-version-check --no-deps gguf==0.19.0 compressed-tensors==0.20.1
   (cd /tmp && PYTHONPATH="$ROOT/sandbox/client_standins" HF_HUB_OFFLINE=1 "$V/bin/python" -m sglang.bench_serving --help \
     | grep -q -- --gsp-system-prompt-len)
   date -u > "$DIR/.done"
