@@ -104,3 +104,33 @@ def test_power_cycle_serves_again_without_ansible(sandbox, profile):
                 "fabric wait, Wants/After nvidia-persistenced/fabricmanager and start limits that keep retrying"
                 % (profile, DEADLINE_S, json.dumps((last or {}).get("workers"))[:800], sorted(instances),
                    spec["workers"], spec["answering"], (last or {}).get("errors"), _diagnose(sandbox, spec)))
+
+
+def test_preflight_right_after_boot_waits_for_the_fabric(sandbox):
+    """A preflight run seconds after a power cycle meets the fabric "In Progress" (nvidia-fabricmanager still working).
+
+    With the wait turned off the gate must refuse, naming the GPUs, the state and nvidia-fabricmanager; with the
+    default bounded wait the same preflight waits (retries shown) and passes once the fabric reads Completed."""
+    hosts = ("b300a", "b300b")
+    for h in hosts:     # a slower fabric manager than the default 8 s, so both runs meet it still working
+        sandbox.exec(h, "echo 40 > /opt/hwemu/fabric_delay_s")
+    try:
+        sandbox.run([str(FLEET), "reboot", *hosts], timeout=180)
+        t0 = time.monotonic()
+        preflight = ROOT / "playbooks" / "preflight.yml"
+        refused = sandbox.ansible_playbook(preflight, "--tags", "gpu_health", "-e", "gpu_health_gate_fabric_wait_s=0",
+                                           limit="b300a,b300b", check=False, timeout=300)
+        assert time.monotonic() - t0 < 40, "too slow to meet the fabric in progress: %.0f s" % (time.monotonic() - t0)
+        assert refused.returncode != 0, refused.stdout[-3000:]
+        for h in hosts:
+            assert "%s: GPU 0 (0000:18:00.0): fabric state In Progress (status N/A), expected Completed; fix: " \
+                   "nvidia-fabricmanager running" % h in refused.stdout, refused.stdout[-4000:]
+        waited = sandbox.ansible_playbook(preflight, "--tags", "gpu_health", limit="b300a,b300b", check=False,
+                                          timeout=600)
+        assert waited.returncode == 0, waited.stdout[-4000:] + waited.stderr[-2000:]
+        retries = [ln for ln in waited.stdout.splitlines()
+                   if "RETRYING: [b300a]" in ln and "Wait for the NVLink fabric to come up" in ln]
+        assert retries, waited.stdout[-4000:]
+    finally:
+        for h in hosts:
+            sandbox.exec(h, "rm -f /opt/hwemu/fabric_delay_s", check=False)

@@ -266,7 +266,10 @@ def test_health_real_h200_against_b300_expectations(real_fixtures):
     assert by["gpu_model"]["message"] == "h200: GPU 0 (0000:00:06.0): model 'NVIDIA H200', expected 'NVIDIA B300 SXM6 AC'"
     assert by["nvlink"]["message"] == ("h200: GPU 0 (0000:00:06.0): 18 NVLink links down (no inactive links listed; "
                                        "18 links not reported); expected 18 links up, 0 up")
-    assert by["fabric"]["message"] == "h200: GPU 0 (0000:00:06.0): fabric state not reported (status N/A), expected Completed"
+    assert by["fabric"]["message"] == (
+        "h200: GPU 0 (0000:00:06.0): fabric state not reported (status N/A), expected Completed; fix: "
+        "nvidia-fabricmanager running and done (systemctl status nvidia-fabricmanager; "
+        "journalctl -u nvidia-fabricmanager)")
     assert all(p["severity"] == "fail" and p["host"] == "h200" for p in probs)
 
 

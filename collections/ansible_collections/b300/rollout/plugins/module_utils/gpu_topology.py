@@ -762,9 +762,10 @@ def _check_fabric(g, expected, out):
     exp_fabric = expected.get("fabric_state", "Completed")
     state = (g.get("fabric") or {}).get("state")
     if exp_fabric and state != exp_fabric and (state is not None or expected.get("fabric_required")):
-        out.add("fabric", g, exp_fabric, state, "fabric state %s (status %s), expected %s" % (
-            state if state is not None else "not reported", (g.get("fabric") or {}).get("status") or "N/A",
-            exp_fabric))
+        out.add("fabric", g, exp_fabric, state, "fabric state %s (status %s), expected %s; fix: nvidia-fabricmanager "
+                "running and done (systemctl status nvidia-fabricmanager; journalctl -u nvidia-fabricmanager)" % (
+                    state if state is not None else "not reported", (g.get("fabric") or {}).get("status") or "N/A",
+                    exp_fabric))
 
 
 def health_problems(gpu_topology, expected=None, policies=None, host=None):
