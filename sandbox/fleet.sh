@@ -267,6 +267,10 @@ provision_container() {
     has_tool=$(podman exec "$c" sh -c 'test -x /opt/hwemu/bin/hwemu-scenario && echo yes || echo no')
     have_scn=-   # fresh copy: (re)apply the scenario
     log "$h: /opt/hwemu updated ($hw_hash)"
+    # the GPU stack's boot services, emulated (sandbox/hwemu/units): installed and enabled with a fresh hwemu copy
+    podman exec "$c" sh -c 'for u in /opt/hwemu/units/*.service; do cp "$u" /etc/systemd/system/; done
+      systemctl daemon-reload && systemctl enable --now nvidia-persistenced.service nvidia-fabricmanager.service' \
+      >/dev/null 2>&1 || log "$h: WARNING: could not enable the emulated nvidia-persistenced/nvidia-fabricmanager units (no systemd?)"
   fi
   if [ -n "$stub_hash" ] && [ "$have_stub" != "$stub_hash" ]; then
     copy_stub "$c" "$stub_hash"

@@ -8,7 +8,10 @@ repository). kimi_k3 is deployed with it, then:
   - workers and router run as user `sglang` (unit User= and the process owner), not root;
   - the router bind address: default 0.0.0.0 documented in roles/sglang/defaults + argument_specs, the
     running router listens there, and the planner puts sglang_router_bind_host into --host (configurable).
-Afterwards kimi_k3 is deployed again WITHOUT a key (the state the other sandbox tests expect), also checked.
+The key is added and removed with the default rolling strategy (router first then each worker re-added with the
+key; workers first then the router), a different key on the keyed fleet is refused before any change (no order keeps
+serving through a rotation). Afterwards kimi_k3 is deployed again WITHOUT a key (the state the other sandbox tests
+expect), also checked.
 `playbooks/firmware_audit.yml --check` changing nothing (changed=0, no file changed on the hosts) is already proven by
 tests/integration/test_firmware_audit.py::test_audit_in_check_mode_changes_nothing; not duplicated here.
 The key is in no /proc/<pid>/cmdline (read as root and as nobody) and not in the journal (the stub logs server_args
@@ -20,6 +23,7 @@ import pathlib
 import re
 import shlex
 import secrets
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -69,10 +73,10 @@ def keyed(sandbox, tmp_path_factory):
     sandbox.run(["ansible-vault", "encrypt", "--vault-password-file", str(pw), str(vars_file)])
     assert vars_file.read_text().startswith("$ANSIBLE_VAULT;"), "the vars file is not vault-encrypted"
     assert key not in vars_file.read_text()
-    # parallel: an API key added to (or removed from) a serving fleet with the default rolling strategy left the router
-    # "not ready: insufficient healthy workers" in the CI-like run of 2026-12-01 (closing note: open finding); the
-    # key change is applied to every instance at once here
-    extra = ["-e", "@%s" % vars_file, "--vault-password-file", str(pw), "-e", "sglang_restart_strategy=parallel"]
+    # the default rolling strategy adds the key to a serving fleet: router first, then each worker re-added WITH the
+    # key (POST /workers api_key; without it the router's /model_info health checks got 401 and the fleet went "not
+    # ready" a few checks later). The second, plain run below waits for the router's readiness again: it catches that.
+    extra = ["-e", "@%s" % vars_file, "--vault-password-file", str(pw)]
     outputs = {}
     try:
         rc, outputs["deploy -v"] = deploy(sandbox, *extra, verbose=True)
@@ -81,8 +85,11 @@ def keyed(sandbox, tmp_path_factory):
         assert rc == 0, outputs["deploy (2nd, plain)"][-5000:]
         yield key, outputs
     finally:
-        rc, out = deploy(sandbox, "-e", "sglang_restart_strategy=parallel")
+        # removal with the default rolling strategy: workers drop the key one at a time, then the router
+        rc, out = deploy(sandbox)
         assert rc == 0, "redeploy without the key failed:\n" + out[-5000:]
+        assert "API key on the serving fleet: remove (strategy rolling)" in out, out[-4000:]
+        assert key not in out, "the old API key appears in the output of the run that removed it"
         assert chat()[0] == 200, "the router still wants a key after the redeploy without one"
 
 
@@ -106,6 +113,36 @@ def test_env_files_hold_key_and_are_0640_root_sglang(sandbox, keyed):
             # and not readable by other users
             r = sandbox.exec(host, "su -s /bin/sh nobody -c 'cat %s' >/dev/null 2>&1; echo $?" % f)
             assert r.stdout.strip() != "0", (host, f, "readable by nobody")
+
+
+def test_key_added_by_rolling_restart_keeps_every_worker_healthy(keyed):
+    """The key was added with the rolling strategy: router first, workers one at a time; every worker stays healthy
+    in the router past its health-check failure window (5 s x 2 with the resilient flags)."""
+    key, outputs = keyed
+    assert "API key on the serving fleet: add (strategy rolling)" in outputs["deploy -v"], outputs["deploy -v"][-4000:]
+    assert "API key on the serving fleet: none (strategy rolling)" in outputs["deploy (2nd, plain)"]
+    time.sleep(12)
+    req = urllib.request.Request(ROUTER + "/workers", headers={"Authorization": "Bearer %s" % key})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        workers = json.loads(resp.read())["workers"]
+    assert len(workers) == 2 and all(w["is_healthy"] for w in workers), workers
+
+
+def test_key_rotation_refused_under_rolling(sandbox, keyed):
+    """A different key on a keyed serving fleet: no order keeps serving, so the rolling strategy refuses before any
+    change, saying why and how (parallel in a window, or remove then add)."""
+    key, _ = keyed
+    other = "sk-b300-" + secrets.token_hex(16)
+    before = {h: sandbox.exec(h, "stat -c '%%Y %%s' %s" % " ".join(fs)).stdout for h, fs in ENV_FILES.items()}
+    rc, out = deploy(sandbox, "-e", "sglang_api_key=%s" % other)
+    assert rc != 0, out[-3000:]
+    assert "no restart order keeps serving through a rotation. Nothing was changed." in re.sub(r"\s+", " ", out), \
+        out[-3000:]
+    assert "sglang_restart_strategy=parallel" in out
+    assert other not in out and key not in out, "a key appears in the refused run's output"
+    after = {h: sandbox.exec(h, "stat -c '%%Y %%s' %s" % " ".join(fs)).stdout for h, fs in ENV_FILES.items()}
+    assert after == before
+    assert chat(key)[0] == 200
 
 
 def test_router_requires_the_key(keyed):
