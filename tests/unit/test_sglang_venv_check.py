@@ -119,10 +119,26 @@ def test_torch_of_another_cuda_major_than_the_sglang_version_is_refused(tmp_path
     assert not res["ok"] and "CUDA 12 build" in res["problems"][0] and "needs CUDA 13" in res["problems"][0]
 
 
-def _wheel(pattern):
-    found = sorted(glob.glob(os.path.join(WHEELHOUSE, pattern)))
-    if not found:
-        pytest.skip("no %s in .cache/wheelhouse (tools/build-wheelhouse.sh)" % pattern)
+# The REAL Mooncake wheels (both variants): from the sandbox wheelhouse when it has them, else downloaded once (no
+# dependencies, ~100 MB each, a few seconds from the package index) into .cache/wheels-venv-check. The wheelhouse
+# ships only the CUDA 13 build, and `make test` runs the unit tests before it builds the wheelhouse.
+WHEEL_CACHE = os.path.join(ROOT, ".cache", "wheels-venv-check")
+PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
+
+
+def _wheel(pattern, requirement):
+    for d in (WHEELHOUSE, WHEEL_CACHE):
+        found = sorted(glob.glob(os.path.join(d, pattern)))
+        if found:
+            return found[0]
+    argv = [sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-deps",
+            "--only-binary=:all:", "--python-version", "311", "--implementation", "cp", "--abi", "cp311",
+            "-d", WHEEL_CACHE, requirement]
+    for plat in PLATFORMS:
+        argv[5:5] = ["--platform", plat]
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
+    found = sorted(glob.glob(os.path.join(WHEEL_CACHE, pattern)))
+    assert r.returncode == 0 and found, "could not get %s (pip download): %s" % (requirement, r.stderr[-2000:])
     return found[0]
 
 
@@ -135,7 +151,7 @@ def test_real_cuda12_wheel_in_a_cuda13_venv_is_refused_by_the_script(tmp_path):
     """Integration level: the script as the role runs it, on a venv holding the REAL plain Mooncake wheel
     (engine.so NEEDED libcudart.so.12) next to torch 13.0: exit 2, package and both majors named."""
     venv, site = _venv(tmp_path, "13.0")
-    _install_wheel(_wheel("mooncake_transfer_engine-0.3.13.post1-*.whl"), site)
+    _install_wheel(_wheel("mooncake_transfer_engine-0.3.13.post1-*.whl", "mooncake-transfer-engine==0.3.13.post1"), site)
     needed, _rpath = vc.elf_dynamic(str(site / "mooncake" / "engine.so"))
     # real evidence: the libraries the engine links (readelf -d)
     for lib in ("libcudart.so.12", "libibverbs.so.1", "libmlx5.so.1", "libnuma.so.1", "libcurl.so.4", "libcuda.so.1"):
@@ -153,7 +169,8 @@ def test_real_cuda12_wheel_in_a_cuda13_venv_is_refused_by_the_script(tmp_path):
 
 def test_real_cuda13_wheel_in_a_cuda13_venv_passes(tmp_path):
     venv, site = _venv(tmp_path, "13.0")
-    _install_wheel(_wheel("mooncake_transfer_engine_cuda13-0.3.13.post1-*.whl"), site)
+    _install_wheel(_wheel("mooncake_transfer_engine_cuda13-0.3.13.post1-*.whl",
+                          "mooncake-transfer-engine-cuda13==0.3.13.post1"), site)
     r = subprocess.run([sys.executable, SCRIPT, "--venv", str(venv), "--host", "b300a", "--expect-cuda-major", "13",
                         "--package", "mooncake-transfer-engine-cuda13"], capture_output=True, text=True, check=False)
     assert r.returncode == 0, r.stdout
