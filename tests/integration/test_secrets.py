@@ -215,6 +215,11 @@ def test_key_not_in_journal(sandbox, keyed):
         unit_args = " ".join("-u %s" % u for u in units)
         root_log = sandbox.exec(host, "journalctl --no-pager -o cat %s" % unit_args, timeout=120).stdout
         assert root_log.strip(), "%s: journal of %s is empty (as root)" % (host, units)
+        for unit in units:   # SyslogIdentifier= in the units: `journalctl -t <unit name>` finds the service's lines
+            ident = unit[:-len(".service")]
+            tagged = sandbox.exec(host, "journalctl --no-pager -o cat -t %s" % ident, timeout=120).stdout
+            assert tagged.strip() and key not in tagged, "%s: no journal lines tagged %s (or the key is there)" % (
+                host, ident)
         assert key not in sandbox.exec(host, "journalctl --no-pager -o cat", timeout=120).stdout, (
             "%s: the API key is in the journal (read as root); expected `<redacted>` (sglang_launch.py filter)" % host)
         user_log = sandbox.exec(host, "runuser -u nobody -- journalctl --no-pager -o cat 2>&1", check=False).stdout

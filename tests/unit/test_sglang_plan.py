@@ -496,3 +496,16 @@ def test_bootstrap_port_is_base_plus_instance_number_unless_overridden():
     assert sp.instance_port(role, {}, 1, "bootstrap_port") == 8999
     assert sp.instance_port(role, {"bootstrap_port": 9100}, 1, "bootstrap_port") == 9100
     assert sp.instance_port({}, {}, 1, "nccl_port") is None
+
+
+@pytest.mark.parametrize("name", ["kimi_k3", "glm52_pd"])
+def test_router_startup_timeout_must_cover_the_worker_load_budget(name):
+    """After a reboot the router registers a worker only within --worker-startup-timeout-secs (0.3.2 default 1800)."""
+    assert "startup" not in errors_of(name, timeouts={"sglang_health_timeout_s": 3600})
+    e = errors_of(name, timeouts={"sglang_health_timeout_s": 7201})
+    assert ("b300a/router: router --worker-startup-timeout-secs 7200 is below sglang_health_timeout_s 7201 (the time a "
+            "worker may take to load); expected >= 7201") in e, e
+    # the flag dropped: the router's default 1800 counts
+    e = errors_of(name, timeouts={"sglang_health_timeout_s": 3600},
+                  router_extra_args={"--worker-startup-timeout-secs": False})
+    assert "router --worker-startup-timeout-secs 1800 is below sglang_health_timeout_s 3600" in e, e

@@ -541,6 +541,28 @@ def _router_workers(instances):
              "bootstrap_port": i["bootstrap_port"], "id": i["id"]} for i in ordered]
 
 
+# sglang-router 0.3.2's --worker-startup-timeout-secs when the flag is absent (router-0.3.2-help.txt)
+ROUTER_WORKER_STARTUP_TIMEOUT_DEFAULT = 1800
+
+
+def _check_router_startup_timeout(where, args, settings, errors):
+    """After a power cycle the router and the workers start together, with no Ansible run: the router registers a
+    worker only within --worker-startup-timeout-secs and then never again until it restarts. It must be at least
+    the cold-start budget the deploy itself grants a worker (sglang_health_timeout_s)."""
+    value = args.get("--worker-startup-timeout-secs")
+    # absent, or dropped with false: the router's default applies
+    startup = ROUTER_WORKER_STARTUP_TIMEOUT_DEFAULT if value is None or value is False else _int_arg(
+        args, "--worker-startup-timeout-secs", None)
+    health = (settings.get("timeouts") or {}).get("sglang_health_timeout_s")
+    if startup is None or not _positive(health) or startup >= float(health):
+        return
+    errors.append("%s: router --worker-startup-timeout-secs %d is below sglang_health_timeout_s %s (the time a worker "
+                  "may take to load); expected >= %s: after a reboot the router would give up on a worker still "
+                  "loading and never add it until the router restarts; fix: raise it with sglang_router_extra_args "
+                  "{\"--worker-startup-timeout-secs\": %s} or lower sglang_health_timeout_s"
+                  % (where, startup, health, health, health))
+
+
 def _plan_router(profile, instances, hosts_by_name, settings, catalog, version, model_path, errors):
     rspec = profile.get("router") or {}
     if not rspec:
@@ -562,6 +584,7 @@ def _plan_router(profile, instances, hosts_by_name, settings, catalog, version, 
     if catalog is not None:
         errors.extend(check_router_args({k: v for k, v in args.items() if v not in LIST_PLACEHOLDERS}, catalog, version, where))
     _check_arg_timeouts(where, args, ("timeout", "interval"), errors, prefix="router ")
+    _check_router_startup_timeout(where, args, settings, errors)
     argv_args = render_args(args, ctx, where, errors, _router_expansions(instances))
     if settings.get("api_key_enabled"):
         argv_args += ["--api-key", API_KEY_TOKEN]
