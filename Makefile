@@ -58,7 +58,7 @@ wheelhouse: venv  ## wheels the sandbox hosts install from (air-gapped like a GP
 
 integration: image wheelhouse
 	sandbox/fleet.sh up 2
-	pytest -q -p no:cacheprovider tests/integration
+	pytest -q -p no:cacheprovider --durations=25 tests/integration
 
 molecule: image wheelhouse
 	tools/molecule-all.sh

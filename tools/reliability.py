@@ -535,7 +535,9 @@ class Bench:
         v = layout["rolling_order"][-1]
 
         def action(_load):
-            control_file(v, "fault", "unhealthy")
+            # the running process stays healthy (the pre-checks would stop the rollout before it starts otherwise):
+            # only the process the rollout starts never answers /health
+            control_file(v, "fault", "unhealthy_after_restart")
             res, out = self.run.playbook("rolling-unhealthy-%s" % layout["profile"], "playbooks/rolling_restart.yml",
                                          layout["profile"], *self.fast_health())
             listed = [x.get("url") for x in router_workers(layout)]

@@ -13,7 +13,9 @@ Environment knobs (all optional):
   SGLANG_STUB_VERSION         version when the executable name carries none (sglang-0.5.17 -> 0.5.17)
   SGLANG_STUB_LOAD_SECONDS    simulated model load; /health answers 503 meanwhile (default 2)
   SGLANG_STUB_LATENCY_MS      time each inference request takes (default 0)
-  SGLANG_STUB_FAULT           space/comma separated faults: unhealthy, error500, hang, die_after_load
+  SGLANG_STUB_FAULT           space/comma separated faults: unhealthy, error500, hang, die_after_load,
+                                unhealthy_after_restart (= unhealthy for a process started after the control file
+                                was written; the process already running stays healthy: a restart that never comes up)
   SGLANG_STUB_CONTROL_DIR     control directory (default /run/sglang-stub/<port>); files read on every request:
                                 fault       same words as SGLANG_STUB_FAULT (replaces the env value while present)
                                 latency_ms  replaces SGLANG_STUB_LATENCY_MS while present
@@ -53,7 +55,7 @@ except ImportError:
     sys.path.insert(0, os.path.join(_REPO, "collections"))
     from ansible_collections.b300.rollout.plugins.module_utils import argparse_abbrev
 PROG = "sglang serve"
-KNOWN_FAULTS = ("unhealthy", "error500", "hang", "die_after_load")
+KNOWN_FAULTS = ("unhealthy", "error500", "hang", "die_after_load", "unhealthy_after_restart")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -321,6 +323,7 @@ class StubState:
         self.hang_max_seconds = float(env.get("SGLANG_STUB_HANG_MAX_SECONDS", "600"))
         self.control_dir = env.get("SGLANG_STUB_CONTROL_DIR") or "/run/sglang-stub/%d" % self.port
         self.started = time.monotonic()
+        self.started_wall = time.time()
         self.lock = threading.Lock()
         self.inflight = 0
         self.inflight_tokens = 0
@@ -366,7 +369,15 @@ class StubState:
         raw = self._control("fault")
         if raw is None:
             raw = self.env.get("SGLANG_STUB_FAULT", "")
-        return {w for w in re.split(r"[\s,]+", raw) if w}
+        words = {w for w in re.split(r"[\s,]+", raw) if w}
+        if "unhealthy_after_restart" in words:
+            try:
+                armed = os.path.getmtime(os.path.join(self.control_dir, "fault"))
+            except OSError:
+                armed = 0.0
+            if armed < self.started_wall:
+                words.add("unhealthy")
+        return words
 
     def latency_s(self):
         raw = self._control("latency_ms")

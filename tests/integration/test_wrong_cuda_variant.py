@@ -46,9 +46,10 @@ def test_cuda12_transfer_engine_refused_nothing_restarted(sandbox, tmp_path):
         out = re.sub(r"\s+", " ", bad.stdout)
         assert bad.returncode != 0, bad.stdout[-4000:]
         for host in UNITS:
-            assert re.search(r"%s: the venv \S+ is not coherent \(nothing was restarted\): %s: \S+engine\.so "
-                             r"\(mooncake[-_]transfer[-_]engine\) links libcudart\.so\.12 \(CUDA 12\) but the venv is "
-                             r"CUDA 13" % (host, host), out, re.I), bad.stdout[-4000:]
+            assert re.search(r"%s: the venv \S+ is not coherent \(nothing was restarted\): .*?%s: \S+/mooncake/engine\.so "
+                             r"\(mooncake-transfer-engine\) links libcudart\.so\.12 \(CUDA 12\) but the venv is CUDA 13 "
+                             r"\(expected 13\); fix: install mooncake-transfer-engine-cuda13" % (host, host), out), \
+                bad.stdout[-4000:]
         after = {k: unit_props(*k) for k in before}
         for key, props in before.items():
             assert (after[key]["MainPID"], after[key]["ActiveEnterTimestamp"]) == (

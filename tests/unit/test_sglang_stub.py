@@ -324,6 +324,20 @@ def test_fault_knobs_via_control_dir(stubs):
     assert state["faults"] == [] and state["healthy"] is True
 
 
+def test_unhealthy_after_restart_spares_the_running_process(stubs):
+    """`unhealthy_after_restart`: the process that runs when the fault is armed stays healthy (a rollout's
+    pre-checks see a healthy fleet); a process started afterwards on the same control dir never answers /health."""
+    s = stubs()
+    time.sleep(1.1)                  # file mtimes have 1 s resolution on some filesystems
+    s.control("fault", "unhealthy_after_restart")
+    assert http("GET", s.url + "/health")[0] == 200
+    later = stubs(env={"SGLANG_STUB_CONTROL_DIR": str(s.ctl)}, wait_healthy=False)
+    time.sleep(0.8)                  # past its 0.3 s load
+    assert http("GET", later.url + "/health")[0] == 503
+    assert "unhealthy" in json.loads(http("GET", later.url + "/stub/state")[1])["faults"]
+    assert http("GET", s.url + "/health")[0] == 200
+
+
 def test_env_faults_never_healthy_and_die_after_load(tmp_path, stubs):
     s = stubs(env={"SGLANG_STUB_FAULT": "unhealthy"}, wait_healthy=False)
     time.sleep(0.8)
