@@ -28,7 +28,7 @@ def nearest(parsed, gpu):
 
 
 def test_enough_real_fixtures_each_with_answer_and_source():
-    assert len(FIXTURES) >= 17
+    assert len(FIXTURES) >= 29
     sources = (TOPO_DIR / "SOURCES.md").read_text()
     for name in FIXTURES:
         assert (TOPO_DIR / (name + ".answer.json")).exists(), name

@@ -440,10 +440,14 @@ def parse_topo(text):
     slots = [(c, LINK_RE, None) for c in dev_cols]
     slots += [(c, _NAMED_RE.get(c, ANY_CELL_RE), _cpu_list_ok if c == "CPU Affinity" else None) for c in named_cols]
     seen_cpu = {}
+    seen_rows = set()
+    body = lines[hidx + 1:]
 
-    for ln in lines[hidx + 1:]:
+    for pos, ln in enumerate(body):
         if not ln.strip():
-            if out["gpus"]:
+            # a blank line ends the matrix, unless the next non-blank line is a row of this header not read yet
+            # (markdown copies put an empty line between rows)
+            if out["gpus"] and not _row_follows(body, pos + 1, dev_cols, seen_rows):
                 break
             continue
         if re.match(r"^\s*Legend\s*:", ln):
@@ -454,6 +458,9 @@ def parse_topo(text):
                 break
             continue
         label = m.group(1)
+        if label in seen_rows:
+            break  # a second copy of the matrix (same row again): the first one is read
+        seen_rows.add(label)
         if not label.startswith("GPU"):
             continue  # NIC rows repeat the GPU/NIC cells; they are not needed
         if label not in gpu_cols:
@@ -461,6 +468,9 @@ def parse_topo(text):
                 label, " ".join(dev_cols)))
         chunks = ln[m.end():].split()
         cells = _fits(chunks, slots, lambda cells: _prefer(cells, len(dev_cols), named_cols, seen_cpu))
+        if cells is None:
+            cells = _fit_leading_blanks(ln[m.end():], chunks, slots, len(dev_cols), named_cols,
+                                        lambda c: _prefer(c, len(dev_cols), named_cols, seen_cpu))
         if cells is None:
             # trailing named columns may be missing altogether (blank CPU affinity on some VMs)
             for drop in range(1, len(named_cols) + 1):
@@ -493,6 +503,46 @@ def parse_topo(text):
         if named.get("CPU Affinity") and named.get("NUMA Affinity"):
             seen_cpu.setdefault(named["CPU Affinity"], named["NUMA Affinity"])
     return out
+
+
+def _fit_leading_blanks(rest, chunks, slots, n_dev, named_cols, prefer):
+    """Tab-separated row whose first named cells are empty (``SYS\t\t\t\tN/A``: no CPU and no NUMA affinity, GPU
+    NUMA ID N/A). When the tab fields after the device cells start with empty fields, those empty fields are the
+    first named columns (never shift a later value such as the GPU NUMA ID into CPU Affinity). None when the row is
+    not laid out that way."""
+    if "\t" not in rest:
+        return None
+    fields = rest.split("\t")
+    if fields and not fields[0].strip():
+        fields = fields[1:]  # the tab after the row label
+    dev = [f.strip() for f in fields[:n_dev]]
+    if len(dev) < n_dev or not all(LINK_RE.match(c) for c in dev):
+        return None  # glued or missing device cells: no tab positions to rely on
+    tail = [f.strip() for f in fields[n_dev:]]
+    filled = [f for f in tail if f]
+    leading = 0
+    for f in tail:
+        if f:
+            break
+        leading += 1
+    blanks = min(leading, len(named_cols) - len(filled))
+    if not leading or blanks <= 0:
+        return None
+    kept = slots[:n_dev] + slots[n_dev + blanks:]
+    cells = _fits(chunks, kept, lambda c: prefer(c[:n_dev] + [None] * blanks + c[n_dev:]))
+    if cells is None:
+        return None
+    return cells[:n_dev] + [None] * blanks + cells[n_dev:]
+
+
+def _row_follows(body, start, dev_cols, seen_rows):
+    """True when the next non-blank line from ``start`` is a matrix row of this header not read yet."""
+    for ln in body[start:]:
+        if not ln.strip():
+            continue
+        m = _ROW_LABEL_RE.match(ln)
+        return bool(m) and m.group(1) in dev_cols and m.group(1) not in seen_rows
+    return False
 
 
 def _prefer(cells, n_dev, named_cols, seen_cpu):
