@@ -14,6 +14,11 @@ Formats (checked against real 2.19.6 captures from 1xH200 and 2xH200 and the 2.1
   Failures print ``HOST: Test NCCL failure FILE:LINE '...'`` / ``Test CUDA failure`` / ``Test timeout``.
 * launcher prefixes: ``[1,0]<stdout>:`` (mpirun --tag-output) and ``0: `` (srun --label) in front of every line, and
   the same tags glued inside a row when ranks' writes interleave: stripped (``tagged_lines`` counts them).
+* header-driven cells: the ``size ...`` header fixes the cells of each half; ``-I 1`` (per-iteration timing) adds
+  ``i_min i_max i_p99 i_cv%`` to both halves, ``-S 1`` a trailing ``timestamp`` column (``YYYY-MM-DD HH:MM:SS``),
+  ``-C 1`` names the time column ``cputime``. ``#wrong`` is ``N/A`` where validation does not apply (alltoall in-place
+  in 2.18+): kept as None. A header whose halves cannot be mapped makes its rows ``skipped_rows`` (never read with a
+  guessed layout); ``Group`` in the rank lines is optional (before 2.10), so is ``nThread`` (``nGpus(perProc)``).
 * older layouts: rows without the ``root`` column (``size count type redop time algbw busbw #wrong|error ...``) and
   without ``redop``; where the header says ``error`` (max relative error, a float) instead of ``#wrong``, the cell is
   kept as ``error`` and ``wrong`` is None (correctness then rests on ``# Out of bounds values``).
@@ -50,12 +55,14 @@ ROW_RE = re.compile(
 VERSION_RE = re.compile(r"^#\s*nccl-tests version\s+(\S+)(?:\s+nccl-headers=(\d+))?(?:\s+nccl-library=(\d+))?")
 START_RE = re.compile(r"^#\s*Collective test starting:\s*(\S+)")
 CONCLUDED_RE = re.compile(r"^#\s*Collective test concluded:\s*(\S+)")
+# `# nThread 1 nGpus 8 minBytes ...`; some wrappers print `# nGpus(perProc) 1 minBytes ...` without nThread
 NTHREAD_RE = re.compile(
-    r"^#\s*nThread\s+(\d+)\s+nGpus\s+(\d+)\s+minBytes\s+(\d+)\s+maxBytes\s+(\d+)"
+    r"^#\s*(?:nThread\s+(\d+)\s+)?nGpus(?:\(perProc\))?\s+(\d+)\s+minBytes\s+(\d+)\s+maxBytes\s+(\d+)"
     r"(?:.*?warmup iters:\s*(\d+))?(?:.*?\biters:\s*(\d+))?(?:.*?validation:\s*(\d+))?"
 )
+# `Group G` is absent in nccl-tests before 2.10 (`#   Rank  0 Pid     26 on host device  0 [0x10] A100-SXM4-40GB`)
 RANK_RE = re.compile(
-    r"^#\s*Rank\s+(\d+)\s+Group\s+(\d+)\s+Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)\s+\[([^\]]*)\]\s*(.*?)\s*$"
+    r"^#\s*Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)\s+\[([^\]]*)\]\s*(.*?)\s*$"
 )
 OOB_RE = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)\s*(OK|FAILED)?")
 AVG_RE = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(\S+)\s*(OK|FAILED)?")
@@ -73,6 +80,13 @@ TAG_ANY_RE = re.compile(r"\[\d+(?:,\d+)*\](?:<std(?:out|err)>)?:?")
 _INT_RE = re.compile(r"^\d+$")
 _TYPE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 _CELL_RE = re.compile(r"^(?:-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|N/A|nan|-?inf)$", re.I)
+# `-S 1` (report timestamps) appends `YYYY-MM-DD HH:MM:SS` to every row
+_ROW_STAMP_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+_ROW_CLOCK_RE = re.compile(r"^\d{2}:\d{2}:\d{2}$")
+# the cells of one half (out-of-place / in-place) by header name; -C 1 prints `cputime`, old versions `error`
+_HALF_KEYS = {"time": "time_us", "cputime": "time_us", "algbw": "algbw", "busbw": "busbw", "#wrong": "wrong",
+              "error": "wrong"}
+DEFAULT_LAYOUT = {"width": 4, "index": {"time_us": 0, "algbw": 1, "busbw": 2, "wrong": 3}}
 
 
 def strip_launcher_tag(line):
@@ -83,16 +97,51 @@ def strip_launcher_tag(line):
     return line[m.end():], True
 
 
-def parse_row(line):
+def header_layout(tokens):
+    """Per-half cell layout from a table header (`size count type redop root time algbw busbw #wrong ...`), or None.
+
+    Current nccl-tests print 4 cells per half; `-I 1` (per-iteration timing) adds i_min i_max i_p99 i_cv% to each
+    half and `-S 1` a trailing `timestamp` column. The two halves have the same names; a header whose halves differ,
+    or that lacks time/algbw/busbw, is not a layout this parser knows (None: rows are then not read).
+    """
+    toks = [t for t in tokens if t != "timestamp"]
+    if toks[:1] != ["size"]:
+        return None
+    cells = [t for t in toks[1:] if t not in ("count", "type", "redop", "root")]
+    if not cells or len(cells) % 2:
+        return None
+    width = len(cells) // 2
+    first, second = cells[:width], cells[width:]
+    if first != second:
+        return None
+    index = {}
+    for i, name in enumerate(first):
+        key = _HALF_KEYS.get(name)
+        if key and key not in index:
+            index[key] = i
+    if not all(k in index for k in ("time_us", "algbw", "busbw")):
+        return None
+    return {"width": width, "index": index}
+
+
+def parse_row(line, layout=None):
     """One result row in any nccl-tests layout, or None.
 
-    Layouts (columns after size/count/type): ``redop root`` + 8 cells (2.x with root), ``redop`` + 8 (older, no root),
-    8 (oldest, no redop; also all_gather-style tests of old versions). A rank tag glued into the row is removed first.
+    Layouts (columns after size/count/type): ``redop root`` + 2 halves (2.x with root), ``redop`` + 2 halves (older,
+    no root), 2 halves (oldest, no redop; also all_gather-style tests of old versions). A half is 4 cells (time algbw
+    busbw #wrong) unless ``layout`` (from :func:`header_layout`) says otherwise (per-iteration columns). A rank tag
+    glued into the row is removed first; a trailing ``YYYY-MM-DD HH:MM:SS`` timestamp is kept as ``timestamp``.
     The 4th cell of each half is ``#wrong`` (a count) in current versions, ``error`` (max relative error, a float)
     in old ones: both are returned as ``wrong`` as printed; ``error_column`` is for the caller to tell them apart.
     """
+    layout = layout or DEFAULT_LAYOUT
+    width = layout["width"]
     toks = TAG_ANY_RE.sub(" ", line).split()
-    for i in range(0, max(0, len(toks) - 10)):
+    stamp = None
+    if len(toks) >= 2 and _ROW_STAMP_RE.match(toks[-2]) and _ROW_CLOCK_RE.match(toks[-1]):
+        stamp = toks[-2] + " " + toks[-1]
+        toks = toks[:-2]
+    for i in range(0, max(0, len(toks) - 2 * width - 2)):
         if not (_INT_RE.match(toks[i]) and _INT_RE.match(toks[i + 1]) and _TYPE_RE.match(toks[i + 2])):
             continue
         j = i + 3
@@ -102,12 +151,15 @@ def parse_row(line):
             j += 1
         rest = toks[j:]
         root = None
-        if len(rest) == 9 and re.match(r"^-?\d+$", rest[0]):
+        if len(rest) == 2 * width + 1 and re.match(r"^-?\d+$", rest[0]):
             root, rest = int(rest[0]), rest[1:]
-        if len(rest) != 8 or not all(_CELL_RE.match(c) for c in rest):
+        if len(rest) != 2 * width or not all(_CELL_RE.match(c) for c in rest):
             continue
-        return {"size": int(toks[i]), "count": int(toks[i + 1]), "type": toks[i + 2], "redop": redop, "root": root,
-                "out_of_place": _half(*rest[0:4]), "in_place": _half(*rest[4:8])}
+        row = {"size": int(toks[i]), "count": int(toks[i + 1]), "type": toks[i + 2], "redop": redop, "root": root,
+               "out_of_place": _half(rest[:width], layout), "in_place": _half(rest[width:], layout)}
+        if stamp:
+            row["timestamp"] = stamp
+        return row
     return None
 
 
@@ -119,8 +171,16 @@ def _num(token):
         return None
 
 
-def _half(time_us, algbw, busbw, wrong):
-    return {"time_us": _num(time_us), "algbw": _num(algbw), "busbw": _num(busbw), "wrong": _num(wrong)}
+def _half(cells, layout=None):
+    index = (layout or DEFAULT_LAYOUT)["index"]
+    return {key: (_num(cells[index[key]]) if key in index else None)
+            for key in ("time_us", "algbw", "busbw", "wrong")}
+
+
+def _looks_like_row(line):
+    """size count type ... : the start of a result row whatever follows (for counting rows of unknown layouts)."""
+    toks = TAG_ANY_RE.sub(" ", line).split()
+    return len(toks) > 4 and bool(_INT_RE.match(toks[0]) and _INT_RE.match(toks[1]) and _TYPE_RE.match(toks[2]))
 
 
 def parse_text(text):
@@ -132,6 +192,7 @@ def parse_text(text):
         "ranks": [], "rows": [], "out_of_bounds": None, "avg_busbw": None, "avg_bw_check": None,
         "concluded": False, "failures": [], "timeout_reported": False, "info_lines": 0, "started": False,
         "tagged_lines": 0, "wrong_column": None, "root_column": None,
+        "layout": None, "unknown_headers": [], "skipped_rows": 0,
     }
     for raw in (text or "").splitlines():
         line, tagged = strip_launcher_tag(raw.rstrip())
@@ -161,7 +222,8 @@ def parse_text(text):
                 continue
             m = NTHREAD_RE.match(stripped)
             if m:
-                out["nthreads"], out["ngpus"] = int(m.group(1)), int(m.group(2))
+                out["nthreads"] = int(m.group(1)) if m.group(1) else None
+                out["ngpus"] = int(m.group(2))
                 out["min_bytes"], out["max_bytes"] = int(m.group(3)), int(m.group(4))
                 out["warmup_iters"] = int(m.group(5)) if m.group(5) else None
                 out["iters"] = int(m.group(6)) if m.group(6) else None
@@ -170,7 +232,7 @@ def parse_text(text):
             m = RANK_RE.match(stripped)
             if m:
                 out["ranks"].append({
-                    "rank": int(m.group(1)), "group": int(m.group(2)), "pid": int(m.group(3)),
+                    "rank": int(m.group(1)), "group": int(m.group(2)) if m.group(2) else None, "pid": int(m.group(3)),
                     "host": m.group(4), "device": int(m.group(5)), "bus_id": m.group(6), "gpu_name": m.group(7),
                 })
                 continue
@@ -192,8 +254,16 @@ def parse_text(text):
             if toks[:1] == ["size"]:
                 out["wrong_column"] = "#wrong" if "#wrong" in toks else ("error" if "error" in toks else None)
                 out["root_column"] = "root" in toks
+                layout = header_layout(toks)
+                out["layout"] = layout
+                if layout is None:
+                    out["unknown_headers"].append(stripped)
             continue
-        row = parse_row(line)
+        if out["unknown_headers"] and out["layout"] is None and _looks_like_row(line):
+            # a table header we cannot map: reading its rows with the default layout could misplace the columns
+            out["skipped_rows"] += 1
+            continue
+        row = parse_row(line, out["layout"])
         if row:
             if out["wrong_column"] == "error":
                 # old nccl-tests: the 4th cell is the max error (e.g. 5e-07), not a count of wrong elements
@@ -396,7 +466,12 @@ def analyze_repeat(index, rc, timed_out, stdout, json_text, threshold=None, gate
         res.update(status="error", rule="exit_status", detail="rc=%s: %s" % (rc, why))
         return res
     if not rows:
-        res.update(status="error", rule="unparsable", detail="no result rows in the output (rc=%s)" % rc)
+        if run.get("skipped_rows"):
+            why = "%d rows under a table header of unknown layout: %s" % (run["skipped_rows"],
+                                                                        run["unknown_headers"][0][:160])
+        else:
+            why = "no result rows in the output"
+        res.update(status="error", rule="unparsable", detail="%s (rc=%s)" % (why, rc))
         return res
     if not run["concluded"] and run["started"]:
         res.update(status="error", rule="truncated",

@@ -492,6 +492,7 @@ DMON_COLUMNS = {
     "gpu": "index",
     "pwr": "power_w",
     "gtemp": "temp_c",
+    "temp": "temp_c",  # drivers before ~R384 print `# gpu   pwr  temp    sm ...` (no mtemp)
     "mtemp": "mem_temp_c",
     "sm": "util_pct",
     "mem": "mem_util_pct",
