@@ -194,34 +194,127 @@ _KV_RE = re.compile(r"^\s*([A-Za-z][A-Za-z0-9 ./]*?):\s*(.*?)\s*$")
 # version rows: "FW             28.42.1000     28.43.1014", "FW (Running)   24.35.2000     N/A",
 # "UEFI Virtio blk   22.4.0010      N/A" (names with single spaces)
 _VER_ROW_RE = re.compile(r"^\s+([A-Za-z0-9_]+(?: [A-Za-z0-9_()]+)*)\s{2,}(\S+)(?:\s+(\S+))?\s*$")
-MST_RE = re.compile(r"^(?:/dev/mst/)?(mt\d+_pci\w*?\d+)$")
+# /dev/mst/mt4129_pciconf0, mt4129_pciconf0.1 (a further PCI function), mt4103_pci_cr0 (Windows: no /dev/mst/)
+MST_RE = re.compile(r"^(?:/dev/mst/)?(mt\d+_pci\w*?\d+(?:\.\d+)?)$")
+# a device block starts with "Device #3:" alone on its line; "Device #3: Updating FW ..." is the update section
+_BLOCK_RE = re.compile(r"^\s*Device\s+#(\d+)\s*:\s*$")
+_PROGRESS_RE = re.compile(r"^\s*Device\s+#(\d+)\s*:\s*(\S.*?)\s*$")
 
 
 def _na(v):
-    return None if v is None or v.strip().upper() in ("", "N/A", "NA", "-") else v.strip()
+    return None if v is None or v.strip().upper() in ("", "N/A", "NA", "-", "--") else v.strip()
+
+
+def _new_fw_record():
+    return {"device_type": None, "part_number": None, "description": None, "psid": None,
+            "pci_device_name": None, "pci_address": None, "mst_device": None, "base_guid": None,
+            "base_mac": None, "fw_current": None, "fw_available": None, "fw_running": None, "status": None,
+            "update_result": None, "fw_flashed": None}
+
+
+def _set_device_name(rec, val):
+    rec["pci_device_name"] = _na(val)
+    rec["pci_address"] = normalize_pci(val)
+    if rec["pci_address"] is None and val and MST_RE.match(val.strip()):
+        # MST service running: /dev/mst/mt4129_pciconf0 (Linux) or mt4103_pci_cr0 (Windows), not a PCI address
+        rec["mst_device"] = val.strip()
+
+
+def _parse_mlxfwmanager_xml(text):
+    """``--query-format XML``: <Devices><Device pciName= type= psid= partNumber=><Versions><FW current= available=/>
+    (a running image that differs shows as another Versions child whose tag starts with FW and names Running)..."""
+    import xml.etree.ElementTree as ET
+    body = text[text.index("<Devices"):]
+    end = body.rfind("</Devices>")
+    body = body[:end + len("</Devices>")] if end >= 0 else body
+    try:
+        root = ET.fromstring(body)
+    except ET.ParseError as exc:
+        raise ValueError("mlxfwmanager XML output not parseable: %s" % exc)
+    devices = []
+    for dev in root.iter("Device"):
+        rec = _new_fw_record()
+        a = dev.attrib
+        rec.update(device_type=_na(a.get("type")), psid=_na(a.get("psid")), part_number=_na(a.get("partNumber")))
+        _set_device_name(rec, a.get("pciName") or "")
+        versions = dev.find("Versions")
+        for v in (list(versions) if versions is not None else []):
+            tag = v.tag.lower()
+            if tag == "fw":
+                rec["fw_current"], rec["fw_available"] = _na(v.get("current")), _na(v.get("available"))
+            elif tag.startswith("fw") and "running" in tag:
+                rec["fw_running"] = _na(v.get("current"))
+        macs, guids = dev.find("MACs"), dev.find("GUIDs")
+        if macs is not None:
+            rec["base_mac"] = _na(macs.get("Base_Mac") or macs.get("port1"))
+        if guids is not None:
+            rec["base_guid"] = _na(guids.get("Base_Guid") or guids.get("port1"))
+        for key, tag in (("status", "Status"), ("description", "Description")):
+            el = dev.find(tag)
+            rec[key] = _na(el.text) if el is not None and el.text else None
+        devices.append(rec)
+    return devices
 
 
 def parse_mlxfwmanager(text):
-    """Parse ``mlxfwmanager --query`` (also ``mlxup --query``).
+    """Parse ``mlxfwmanager --query`` (also ``mlxup --query``, and ``--query-format XML``).
 
     Returns a list of {device_type, part_number, description, psid, pci_device_name, pci_address, mst_device,
-    base_guid, base_mac, fw_current, fw_available, fw_running, status}. With the MST service running the
-    ``PCI Device Name`` is an MST device (``/dev/mst/mt4129_pciconf0``): ``mst_device`` is set and ``pci_address`` is
-    None (:func:`parse_mst_status` maps it); Ethernet-mode NICs print no ``Base GUID`` (``base_mac`` only). ``fw_running`` comes from the
-    ``FW (Running)`` row that appears while a newly flashed image waits for a reset; then ``fw_current``
-    (the ``FW`` row) is the flashed image. A device block without any FW row is skipped.
+    base_guid, base_mac, fw_current, fw_available, fw_running, status, update_result, fw_flashed}. With the MST service
+    running the ``PCI Device Name`` is an MST device (``/dev/mst/mt4129_pciconf0``): ``mst_device`` is set and
+    ``pci_address`` is None (:func:`parse_mst_status` maps it); Ethernet-mode NICs print no ``Base GUID``
+    (``base_mac`` only); dual-port cards in per-port mode print ``Port1 MAC`` / ``Port1 GUID`` (taken as the base).
+    ``fw_running`` comes from the ``FW (Running)`` row that appears while a newly flashed image waits for a reset; then
+    ``fw_current`` (the ``FW`` row) is the flashed image.
+
+    Update runs (``mlxfwmanager -u``, ``mlxup`` answering y, mlnx-fw-updater) print the same query blocks first
+    (their ``Current`` is the image before the update), then ``Device #N: Updating FW ...`` ... ``Done``:
+    ``update_result`` is ``updated`` / ``up to date`` / ``failed`` / ``incomplete`` (no Done seen) or what the line
+    said, and ``fw_flashed`` the ``Available`` image burnt by an ``updated`` device (pending until a reset).
+    Empty text gives []; text with no device block raises ValueError (never an empty list for output not understood).
     """
+    if not text or not text.strip():
+        return []
+    if "<Devices" in text and "<Device " in text:
+        return _parse_mlxfwmanager_xml(text)
     devices = []
+    by_num = {}
     cur = None
     in_versions = False
-    for ln in (text or "").splitlines():
-        if re.match(r"^\s*Device\s+#\d+\s*:", ln):
-            cur = {"device_type": None, "part_number": None, "description": None, "psid": None,
-                   "pci_device_name": None, "pci_address": None, "mst_device": None, "base_guid": None,
-                   "base_mac": None,
-                   "fw_current": None, "fw_available": None, "fw_running": None, "status": None}
+    upd = None  # the record whose update progress lines are being read
+    for ln in text.splitlines():
+        m = _BLOCK_RE.match(ln)
+        if m:
+            cur = _new_fw_record()
             devices.append(cur)
+            by_num[int(m.group(1))] = cur
             in_versions = False
+            upd = None
+            continue
+        m = _PROGRESS_RE.match(ln)
+        if m:
+            cur, in_versions = None, False
+            upd = by_num.get(int(m.group(1)))
+            if upd is not None:
+                what = m.group(2).lower()
+                if what.startswith("updating fw"):
+                    upd["update_result"] = "incomplete"
+                    if what.rstrip().endswith("done"):
+                        upd["update_result"] = "updated"
+                elif what.startswith("up to date"):
+                    upd["update_result"], upd = "up to date", None
+                else:
+                    upd["update_result"] = "failed" if ("fail" in what or "-e-" in what) else what
+            continue
+        if re.match(r"^\s*Found \d+ device\(s\) requiring", ln):
+            cur, in_versions = None, False  # end of the query part: what follows belongs to no device block
+            continue
+        if upd is not None and upd["update_result"] == "incomplete":
+            ls = ln.strip()
+            if ls.endswith("Done"):
+                upd["update_result"] = "updated"
+            elif "-E-" in ls or "fail" in ls.lower():
+                upd["update_result"] = "failed"
             continue
         if cur is None:
             continue
@@ -250,31 +343,58 @@ def parse_mlxfwmanager(text):
         elif key == "psid":
             cur["psid"] = _na(val)
         elif key == "pci device name":
-            cur["pci_device_name"] = _na(val)
-            cur["pci_address"] = normalize_pci(val)
-            if cur["pci_address"] is None and val and MST_RE.match(val.strip()):
-                # MST service running: /dev/mst/mt4129_pciconf0 (Linux) or mt4103_pci_cr0 (Windows), not a PCI address
-                cur["mst_device"] = val.strip()
+            _set_device_name(cur, val)
         elif key == "base guid" or (key in ("port1 guid", "port guid") and cur["base_guid"] is None):
             cur["base_guid"] = _na(val)
-        elif key == "base mac":
+        elif key == "base mac" or (key == "port1 mac" and cur["base_mac"] is None):
             cur["base_mac"] = _na(val)
         elif key == "status":
             cur["status"] = _na(val)
+    for rec in devices:
+        if rec["update_result"] == "updated":
+            rec["fw_flashed"] = rec["fw_available"]
+    if not devices:
+        err = [ln.strip() for ln in text.splitlines() if ln.strip().startswith("-E-")]
+        raise ValueError("mlxfwmanager output has no device block (%s)" % (
+            err[0] if err else "first line: %r" % text.strip().splitlines()[0][:120]))
     return devices
+
+
+def pending_image(rec):
+    """The flashed firmware image of one :func:`parse_mlxfwmanager` record that waits for a reset, or None.
+
+    ``FW (Running)`` differing from ``FW``: the ``FW`` image. An update run that burnt an image (``update_result``
+    ``updated``): ``fw_flashed`` unless it equals the image it replaced, ``unknown`` when no Available version was
+    printed. An update that did not finish (``incomplete``/``failed``) leaves the flash state ``unknown``.
+    """
+    if rec.get("fw_running") and rec.get("fw_current") and rec["fw_running"] != rec["fw_current"]:
+        return rec["fw_current"]
+    result = rec.get("update_result")
+    if result == "updated":
+        flashed = rec.get("fw_flashed")
+        if flashed is None:
+            return "unknown"
+        return flashed if flashed != (rec.get("fw_running") or rec.get("fw_current")) else None
+    if result in ("incomplete", "failed"):
+        return "unknown"
+    return None
 
 
 def parse_mst_status(text):
     """MST device -> PCI address from ``mst status -v`` (table rows ``ConnectX7(rev:0) /dev/mst/mt4129_pciconf0
     b1:00.0 mlx5_0 ...``) or plain ``mst status`` (``/dev/mst/mt4129_pciconf0 - PCI configuration cycles access.`` and
-    a following ``domain:bus:dev.fn=0000:05:00.0`` line). Keys are the full /dev/mst path and the bare name."""
+    a following ``domain:bus:dev.fn=0000:05:00.0`` line). Keys are the full /dev/mst path and the bare name. Extra
+    columns (VFIO), blank lines between rows and further PCI functions (``mt4129_pciconf0.1``) are fine; a
+    ``pciconfK`` row without an address takes its ``pci_crK`` sibling's (and the other way round)."""
     out = {}
+    seen = []
     last = None
     for ln in (text or "").splitlines():
         toks = ln.split()
         mst = next((t for t in toks if t.startswith("/dev/mst/")), None)
         if mst:
             last = mst
+            seen.append(mst)
             pci = next((normalize_pci(t) for t in toks if normalize_pci(t)), None)
             if pci:
                 out[mst] = pci
@@ -286,6 +406,18 @@ def parse_mst_status(text):
             out[last] = normalize_pci(m.group(1))
             out[last.rsplit("/", 1)[-1]] = out[last]
             last = None
+    # ConnectX-3 era tables print mtNNNN_pciconfK with an empty PCI column and the same device again as
+    # mtNNNN_pci_crK with its address (newer tables print both with the address): a name without an address takes
+    # its pciconf<->pci_cr sibling's, never a guess from row order
+    for name in seen:
+        if name in out:
+            continue
+        sm = re.match(r"^(.*/mt\d+_)(pciconf|pci_cr)(\d+(?:\.\d+)?)$", name)
+        if sm:
+            sib = sm.group(1) + ("pci_cr" if sm.group(2) == "pciconf" else "pciconf") + sm.group(3)
+            if sib in out:
+                out[name] = out[sib]
+                out[name.rsplit("/", 1)[-1]] = out[sib]
     return out
 
 
@@ -429,7 +561,13 @@ def build_rdma_nics(sysfs_root="/sys", ofed_info_text=None, mlxfwmanager_text=No
     A pending firmware image (``fw_pending``) does not make a device unusable: the firmware gate decides.
     """
     devices = read_ib_devices(sysfs_root)
-    fw_list = parse_mlxfwmanager(mlxfwmanager_text) if mlxfwmanager_text else []
+    findings = []
+    try:
+        fw_list = parse_mlxfwmanager(mlxfwmanager_text) if mlxfwmanager_text else []
+    except ValueError as exc:
+        # output not understood: say so (pending images unknown), never read it as "no devices"
+        fw_list = []
+        findings.append("mlxfwmanager: output not understood, flashed-but-not-running images unknown: %s" % exc)
     mst_map = parse_mst_status(mst_status_text)
     psid_count = {}
     for d in devices:
@@ -463,9 +601,11 @@ def build_rdma_nics(sysfs_root="/sys", ofed_info_text=None, mlxfwmanager_text=No
             taken.add(id(rec))
             fw_available = rec["fw_available"]
             fw_status = rec["status"]
-            if rec["fw_running"] and rec["fw_current"] and rec["fw_running"] != rec["fw_current"]:
-                fw_pending = rec["fw_current"]
-            elif rec["fw_current"] and d["fw_ver"] and rec["fw_current"] != d["fw_ver"]:
+            fw_pending = pending_image(rec)
+            if fw_pending and rec["update_result"] and not rec["fw_running"] and fw_pending == d["fw_ver"]:
+                fw_pending = None  # an update-run log older than the reset: the device already runs that image
+            elif fw_pending is None and rec["fw_current"] and d["fw_ver"] and rec["fw_current"] != d["fw_ver"] \
+                    and rec["update_result"] != "updated":
                 # no "FW (Running)" row, but the flashed image differs from what the running driver reports
                 fw_pending = rec["fw_current"]
         usable = not reasons and bool(active)
@@ -480,13 +620,15 @@ def build_rdma_nics(sysfs_root="/sys", ofed_info_text=None, mlxfwmanager_text=No
     for rec in fw_list:
         if id(rec) in taken:
             continue
-        if rec["fw_running"] and rec["fw_current"] and rec["fw_running"] != rec["fw_current"]:
-            unattributed.append({"device": rec["mst_device"] or rec["pci_device_name"], "pci_address": rec["pci_address"],
-                                 "psid": rec["psid"], "base_guid": rec["base_guid"], "base_mac": rec["base_mac"],
-                                 "fw_running": rec["fw_running"], "fw_pending": rec["fw_current"]})
-    findings = ["mlxfwmanager: flashed image %s (running %s) on %s (PSID %s) pending a reset, not attributable to an "
-                "RDMA device (run mst status -v or give the PCI address)" % (u["fw_pending"], u["fw_running"], u["device"], u["psid"])
-                for u in unattributed]
+        pend = pending_image(rec)
+        if pend:
+            unattributed.append({"device": rec["mst_device"] or rec["pci_device_name"],
+                                 "pci_address": rec["pci_address"], "psid": rec["psid"], "base_guid": rec["base_guid"],
+                                 "base_mac": rec["base_mac"], "fw_running": rec["fw_running"] or rec["fw_current"],
+                                 "fw_pending": pend})
+    findings += ["mlxfwmanager: flashed image %s (running %s) on %s (PSID %s) pending a reset, not attributable to an "
+                 "RDMA device (run mst status -v or give the PCI address)"
+                 % (u["fw_pending"], u["fw_running"], u["device"], u["psid"]) for u in unattributed]
     return {
         "driver": driver_facts(sysfs_root, ofed_info_text, kernel_release),
         "devices": out_devices,
