@@ -160,3 +160,27 @@ def test_build_report_pd_rdma_then_tcp_fallback_from_flat_counters():
     assert flat["verdict"] == "tcp_fallback" and "P0" in flat["rule"] and "D0" in flat["rule"]
     assert "Using TCP transport" in flat["rdma"]["D0"]["why"]
     assert "KV over RDMA" in acc.report_markdown(flat)
+
+
+def test_report_lists_every_rule_with_its_state():
+    """An `accepted` at 40% of the seed must say why below_seed did not fire (switched off), not leave it unsaid."""
+    bench = {"completed": 60, "output_throughput": 5000.0, "cache_report": {"total_prompt_tokens": 1000,
+                                                                             "total_cached_tokens": 770}}
+    rp = _pd_plan()
+    moved_b = {"P0": {"mlx5_0": {"port_xmit_data": 0}}, "D0": {"mlx5_1": {"port_rcv_data": 0}}}
+    moved_a = {"P0": {"mlx5_0": {"port_xmit_data": 262144}}, "D0": {"mlx5_1": {"port_rcv_data": 262144}}}
+    off = acc.build_report("glm52_pd", rp, GLM, _pd_result(1.0), dict(bench, output_throughput=1900.0), [],
+                           moved_b, moved_a, thresholds={"min_seed_ratio": 0})
+    states = {x["rule"]: x["state"] for x in off["rules"]}
+    assert off["verdict"] == "accepted"
+    assert states["below_seed"] == "off (min_seed_ratio = 0)"
+    assert states["tcp_fallback"] == "passed" and states["errors"] == "passed"
+    assert states["regressed"].startswith("n/a (no previous")
+    on = acc.build_report("glm52_pd", rp, GLM, _pd_result(1.0), dict(bench, output_throughput=1900.0), [],
+                          moved_b, moved_a, previous={"run": "r0", "output_throughput": 2000.0})
+    states = {x["rule"]: x["state"] for x in on["rules"]}
+    assert on["verdict"] == "below_seed" and states["below_seed"].startswith("fired: 1900.00 tok/s is 40.1%")
+    assert states["regressed"] == "passed"   # 5% below r0, within the 10% allowed
+    md = acc.report_markdown(on)
+    assert "| below_seed | output throughput below 90% of the seed's figure | fired: 1900.00" in md
+    assert [x["rule"] for x in on["rules"]] == ["errors", "tcp_fallback", "cache_miss", "below_seed", "regressed"]

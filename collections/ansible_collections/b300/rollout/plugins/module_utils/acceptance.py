@@ -23,8 +23,11 @@ RULES = {
     "cache_miss": "server-side hit rate more than {cache_miss_points} points below the target",
     "below_seed": "output throughput below {min_seed_ratio:.0%} of the seed's figure",
     "regressed": "output throughput more than {max_regression_pct}% below the previous accepted run of this pair",
-    "accepted": "none of the rules above fired",
+    "accepted": "none of the rules fired",
 }
+
+# the threshold that switches a rule off when set to 0 (the sandbox turns the seed ratio off: stubs are not GPUs)
+RULE_SWITCH = {"below_seed": "min_seed_ratio", "tcp_fallback": "min_rdma_share"}
 
 DEFAULT_THRESHOLDS = {"max_failed_pct": 1.0, "min_rdma_share": 0.5, "cache_miss_points": 3.0,
                       "min_seed_ratio": 0.9, "max_regression_pct": 10.0, "hit_agreement_points": 3.0}
@@ -270,7 +273,7 @@ def verdict(measured, seed, target_hit, previous=None, rdma=None, thresholds=Non
             "n/a" if hit is None else "%.2f%%" % (hit * 100), target_hit * 100, cause)))
     tput = measured.get("output_throughput") or 0.0
     ratio = tput / seed["output_throughput"] if seed.get("output_throughput") else None
-    if ratio is not None and ratio < th["min_seed_ratio"]:
+    if ratio is not None and th["min_seed_ratio"] and ratio < th["min_seed_ratio"]:
         fired.append(("below_seed", "%.2f tok/s is %.1f%% of the seed's %.2f" % (
             tput, ratio * 100, seed["output_throughput"])))
     if previous and previous.get("output_throughput"):
@@ -423,7 +426,29 @@ def build_report(profile, run_plan, seed, result, bench, samples, nic_before, ni
     if rdma is not None:
         report["rdma"] = rdma
         report["rdma_expected_kv_bytes"] = int(expected)
+    report["rules"] = [{"rule": n, "fires_when": w, "state": st} for n, w, st in rule_states(report)]
     return report
+
+
+def rule_states(r):
+    """[(rule, text with thresholds, state)] for every rule in precedence order; state is fired, passed, off
+    (switched off by a 0 threshold), or n/a (tcp_fallback outside PD, regressed without a previous accepted run)."""
+    th = r["thresholds"]
+    fired = {x["verdict"]: x["detail"] for x in r.get("rules_fired") or []}
+    out = []
+    for name in ("errors", "tcp_fallback", "cache_miss", "below_seed", "regressed"):
+        if name in fired:
+            state = "fired: " + fired[name]
+        elif name in RULE_SWITCH and not th.get(RULE_SWITCH[name]):
+            state = "off (%s = 0)" % RULE_SWITCH[name]
+        elif name == "tcp_fallback" and not r.get("rdma"):
+            state = "n/a (not a PD profile)"
+        elif name == "regressed" and not (r.get("previous") or {}).get("output_throughput"):
+            state = "n/a (no previous accepted run of this pair)"
+        else:
+            state = "passed"
+        out.append((name, RULES[name].format(**th), state))
+    return out
 
 
 def report_markdown(r):
@@ -446,6 +471,8 @@ def report_markdown(r):
              "| latency (ms) | p50 | p95 | p99 |", "|---|---|---|---|"]
     for m, v in r["latency_ms"].items():
         lines.append("| %s | %s | %s | %s |" % (m, f(v["median"]), f(v["p95"]), f(v["p99"])))
+    lines += ["", "| rule (precedence order) | fires when | this run |", "|---|---|---|"]
+    lines += ["| %s | %s | %s |" % x for x in rule_states(r)]
     if r.get("rdma"):
         lines += ["", "## KV over RDMA (expected %d KV bytes)" % r["rdma_expected_kv_bytes"], "",
                   "| instance | role | devices | bytes | verdict |", "|---|---|---|---|---|"]
