@@ -467,8 +467,8 @@ def analyze_repeat(index, rc, timed_out, stdout, json_text, threshold=None, gate
         return res
     if not rows:
         if run.get("skipped_rows"):
-            why = "%d rows under a table header of unknown layout: %s" % (run["skipped_rows"],
-                                                                        run["unknown_headers"][0][:160])
+            why = "%d rows under a table header of unknown layout: %s" % (
+                run["skipped_rows"], run["unknown_headers"][0][:160])
         else:
             why = "no result rows in the output"
         res.update(status="error", rule="unparsable", detail="%s (rc=%s)" % (why, rc))

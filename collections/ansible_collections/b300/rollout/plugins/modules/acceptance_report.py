@@ -82,8 +82,9 @@ EXAMPLES = r"""
 
 RETURN = r"""
 report:
-  description: The content of report.json without its time series (profile, verdict, rule, requests,
-    output_throughput_tok_s, cache_hit_rate, seed, rdma per instance for PD, ...) and C(rules): every verdict rule
+  description: >-
+    The content of report.json without its time series (profile, verdict, rule, requests,
+    output_throughput_tok_s, cache_hit_rate, seed, rdma per instance for PD, ...) and C(rules), every verdict rule
     in precedence order with what makes it fire (thresholds filled in) and its state in this run (fired with the
     detail, passed, off when its threshold is 0, or n/a).
   returned: always
