@@ -156,3 +156,44 @@ def test_ansi_escapes_in_header():
     lines[0] = "\t\x1b[4m" + lines[0].lstrip("\t") + "\x1b[0m"
     p = gt.parse_topo("\n".join(lines))
     assert p == gt.parse_topo(text)
+
+
+# ------------------------------------------- every real fixture, in the forms copies of it take
+def _ansi_header(text):
+    lines = text.split("\n")
+    i = next(k for k, ln in enumerate(lines) if "GPU0" in ln)
+    lines[i] = "\t\x1b[4m" + lines[i].lstrip("\t ") + "\x1b[0m"
+    return "\n".join(lines)
+
+
+def _no_leading_header_tab(text):
+    lines = text.split("\n")
+    i = next(k for k, ln in enumerate(lines) if "GPU0" in ln)
+    lines[i] = lines[i].lstrip("\t ")
+    return "\n".join(lines)
+
+
+VARIANTS = {
+    "crlf": lambda t: t.replace("\r\n", "\n").replace("\n", "\r\n"),
+    "trailing_spaces": lambda t: "\n".join(ln + "  " if ln.strip() else ln for ln in t.split("\n")),
+    "tabs_to_spaces": lambda t: t.expandtabs(8),
+    "tabs_to_4_spaces": lambda t: t.expandtabs(4),
+    "ansi_underlined_header": _ansi_header,
+    "header_without_leading_tab": _no_leading_header_tab,
+}
+KEYS = ("gpus", "nics", "cpu_affinity", "numa_affinity", "gpu_gpu", "gpu_nic")
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+@pytest.mark.parametrize("name", FIXTURES)
+def test_real_fixture_reads_the_same_in_every_copied_form(name, variant):
+    """A copy pasted into a ticket or a chat turns tabs into spaces, CRLF, underline escapes or a lost leading tab:
+    the same matrix must come out. Rules, not files: this is how the further real outputs will arrive."""
+    text, ans = load(name)
+    changed = VARIANTS[variant](text)
+    if changed == text:
+        pytest.skip("%s leaves %s unchanged" % (variant, name))
+    want = gt.parse_topo(text)
+    got = gt.parse_topo(changed)
+    assert {k: got[k] for k in KEYS} == {k: want[k] for k in KEYS}
+    assert got["cpu_affinity"] == ans["cpu_affinity"]
