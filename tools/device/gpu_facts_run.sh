@@ -28,7 +28,7 @@ out = sys.argv[1]
 walls = []
 for _ in range(5):
     t = time.monotonic()
-    subprocess.run(["ansible", "localhost", "-i", "localhost,", "-c", "local", "-m", "gpu_topology_facts"],
+    subprocess.run(["ansible", "localhost", "-i", "localhost,", "-c", "local", "-m", "b300.rollout.gpu_topology_facts"],
                    check=True, stdout=subprocess.DEVNULL)
     walls.append(round(time.monotonic() - t, 3))
 path = os.path.join(out, "timing.json")

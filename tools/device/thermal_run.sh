@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Thermal soak on the lent GPU machine: playbooks/thermal_soak.yml against localhost (-c local) with the torch
 # bf16 burner, then samples.csv, summary.json, plot.png (+ status.json, the playbook log, the loader logs) to $OUT.
-#   usage: tools/device/thermal_run.sh [DURATION_S (default 180)] [SAMPLE_MS (default 2000)]
+#   usage: tools/device/thermal_run.sh [DURATION_S (default 180)] [SAMPLE_MS (default 2000)] [SAMPLER (query|dmon)]
 # Needs the ansible-core wheels carried in .whl/ (see tools/device/README-thermal.md). Exit code = the playbook's
 # (non-zero when the verdict is not ok); the files are copied either way.
 set -uo pipefail
 DUR=${1:-180}
 SAMPLE_MS=${2:-2000}
+SAMPLER=${3:-query}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${OUT:-$ROOT/.device-out}
 SITE=/tmp/site
@@ -27,7 +28,7 @@ PY=$(command -v python3)
 rm -rf "$ART" "$WORK"
 ansible-playbook -i localhost, -c local playbooks/thermal_soak.yml \
   -e thermal_soak_hosts=localhost -e ansible_python_interpreter="$PY" \
-  -e thermal_soak_duration_s="$DUR" -e thermal_soak_sample_ms="$SAMPLE_MS" -e thermal_soak_loader=torch \
+  -e thermal_soak_duration_s="$DUR" -e thermal_soak_sample_ms="$SAMPLE_MS" -e thermal_soak_loader=torch -e thermal_soak_sampler="$SAMPLER" \
   -e thermal_soak_artifacts_dir="$ART" -e thermal_soak_work_dir="$WORK" 2>&1 | tee "$OUT/playbook.log"
 rc=${PIPESTATUS[0]}
 
