@@ -68,3 +68,56 @@ def test_thermal_soak_samples_give_the_reported_verdict():
         # a real bf16 burner on H200 runs power-capped, which is not thermal throttling
         assert summ["gpus"][idx]["reason_counts"].get("sw_power_cap", 0) > 0
         assert summ["gpus"][idx]["temp_max_c"] < 90
+
+
+# ------------------------------------------------------------ docs/evidence/h200x1 (1x H200, 2026-12-01)
+EV1 = EV.parent / "h200x1"
+
+
+def _load1(p):
+    return json.loads((EV1 / p).read_text())
+
+
+def test_h200x1_facts_parse_of_raw_equals_live():
+    from ansible_collections.b300.rollout.plugins.module_utils.gpu_topology import build_gpu_topology
+    g = EV1 / "gpu_facts"
+    live = _load1("gpu_facts/gpu_topology_facts.json")
+    parsed = build_gpu_topology((g / "raw/q.xml").read_text(), (g / "raw/topo.txt").read_text(),
+                                (g / "raw/nvlink-s.txt").read_text(), sysfs_root=str(g / "sys"))
+    assert json.loads(json.dumps(parsed)) == live
+    assert live["gpu_count"] == 1 and live["gpus"][0]["name"] == "NVIDIA H200"
+    assert live["driver_version"] == "580.159.04" and live["affinity_disagreements"] == []
+    assert _load1("gpu_facts/timing.json")["adhoc_ansible_module_wall_s"]["median"] > 0
+
+
+def test_h200x1_nccl_g1_role_and_by_hand_read_the_same_table():
+    s = _load1("nccl_g1/summary.json")
+    hand = nr.analyze_repeat(1, 0, False, (EV1 / "nccl_g1/byhand.txt").read_text(),
+                             (EV1 / "nccl_g1/byhand.json").read_text(), {"metric": "algbw", "min_gbps": None})
+    assert hand["status"] == "ok" and hand["max_size_busbw_gbps"] == 0.0
+    assert hand["rows"] == 30  # 8 B .. 4 GiB by x2: the 30 rows of the raw table, every one read
+    assert abs(hand["gated_gbps"] - s["by_hand"]["gated_gbps"]) < 0.01
+    assert abs(s["role"]["gated_gbps"] / hand["gated_gbps"] - 1) < 0.03
+    assert _load1("nccl_g1/role-verdict.json")["status"] == "ok"
+
+
+def test_h200x1_dmon_sampler_soak_gives_the_reported_verdict():
+    summ = _load1("thermal_dmon/summary.json")
+    parsed = thermal.parse_any((EV1 / "thermal_dmon/samples.csv").read_text(), interval_s=2)
+    assert parsed["sampler"] == "dmon" and parsed["malformed"] == 0 and len(parsed["samples"]) == 31
+    again = thermal.analyse_host(parsed["samples"], {"sample_ms": 2000}, expected_gpus=[0],
+                                 duration_s=summ["duration_s"])
+    assert again["verdict"] == summ["verdict"] == "ok"
+    for key in ("temp_max_c", "sm_median_mhz", "loaded_samples", "power_max_w"):
+        assert again["gpus"]["0"][key] == summ["gpus"]["0"][key], key
+    assert summ["gpus"]["0"]["temp_max_c"] == 60.0  # the largest gtemp in the raw text
+    assert summ["gpus"]["0"]["samples"] < summ["gpus"]["0"]["loaded_samples"] + 5  # idle head/tail only
+
+
+def test_h200x1_query_sampler_soak_gives_the_reported_verdict():
+    summ = _load1("thermal/summary.json")
+    samples = thermal.parse_samples((EV1 / "thermal/samples.csv").read_text())["samples"]
+    again = thermal.analyse_host(samples, expected_gpus=[0], duration_s=summ["duration_s"])
+    assert again["verdict"] == summ["verdict"] == "ok"
+    assert again["gpus"]["0"]["temp_max_c"] == summ["gpus"]["0"]["temp_max_c"]
+    assert summ["gpus"]["0"]["reason_counts"].get("sw_power_cap", 0) > 0
