@@ -103,7 +103,9 @@ def test_h200x1_nccl_g1_role_and_by_hand_read_the_same_table():
 
 def test_h200x1_dmon_sampler_soak_gives_the_reported_verdict():
     summ = _load1("thermal_dmon/summary.json")
-    parsed = thermal.parse_any((EV1 / "thermal_dmon/samples.csv").read_text(), interval_s=2)
+    # its samples.csv is kept once, as the real-world dmon fixture (byte for byte what the sampler wrote)
+    raw = EV.parents[2] / "tests/fixtures/real-world/dmon/h200_1gpu_puc_DT_under_load.txt"
+    parsed = thermal.parse_any(raw.read_text(), interval_s=2)
     assert parsed["sampler"] == "dmon" and parsed["malformed"] == 0 and len(parsed["samples"]) == 31
     again = thermal.analyse_host(parsed["samples"], {"sample_ms": 2000}, expected_gpus=[0],
                                  duration_s=summ["duration_s"])
