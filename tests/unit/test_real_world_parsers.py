@@ -234,3 +234,55 @@ def test_unattributable_pending_image_is_a_host_finding_and_fails_the_gate(tmp_p
                                     "models": {"ConnectX-8": {"minimum": "40.47.1026"}}}])
     assert res["status"] == "fail" and res["host_findings"][0]["verdict"] == "pending_reset"
     assert any("PENDING_RESET" in m for m in fw_matrix.host_messages("h", res))
+
+
+# ----------------------------------- every real output of every kind, in the forms a copy of it takes
+def _parse(kind, text, ans):
+    if kind == "mlxfwmanager":
+        return rdma_nic.parse_mst_status(text) if "mst_map" in ans else rdma_nic.parse_mlxfwmanager(text)
+    if kind == "driver_version":
+        got = rdma_nic.classify_driver_version(text)
+        return got["flavour"], got["version"]
+    if kind == "nccl_tests":
+        return nccl_results.parse_text(text)["rows"]
+    out = thermal.parse_any(text)
+    return out["samples"], out["malformed"]
+
+
+COPIES = {
+    "crlf": lambda t: t.replace("\r\n", "\n").replace("\n", "\r\n"),
+    "trailing_spaces": lambda t: "\n".join(ln + "   " if ln.strip() else ln for ln in t.split("\n")),
+    "no_final_newline": lambda t: t.rstrip("\r\n"),
+    "extra_blank_lines_around": lambda t: "\n\n" + t + "\n\n",
+}
+
+
+@pytest.mark.parametrize("copy", sorted(COPIES))
+@pytest.mark.parametrize("path", [p for k in ("mlxfwmanager", "driver_version", "nccl_tests", "dmon") for p in cases(k)],
+                         ids=lambda p: "%s/%s" % (p.parent.name, p.name))
+def test_real_output_reads_the_same_when_copied(path, copy):
+    """Pasted into a ticket, saved on Windows, cut without its last newline: the parse must not change."""
+    kind, text, ans = path.parent.name, path.read_text(), answer(path)
+    changed = COPIES[copy](text)
+    if changed == text:
+        pytest.skip("no change")
+    assert _parse(kind, changed, ans) == _parse(kind, text, ans)
+
+
+LOG_LEADS = {
+    "kubectl_timestamps": "2026-12-01T10:00:00.123456789Z ",
+    "kubectl_prefix": "[pod/nccl-tests-launcher-x7k2p/mpi-launcher] ",
+    "prefix_and_offset_timestamp": "[pod/a-0/b] 2026-12-01T18:00:00+08:00 ",
+}
+
+
+@pytest.mark.parametrize("lead", sorted(LOG_LEADS))
+@pytest.mark.parametrize("path", cases("nccl_tests"), ids=lambda p: p.name)
+def test_nccl_tests_read_the_same_through_a_log_collector(path, lead):
+    """nccl-tests run as a Kubernetes MPIJob reach on-call through `kubectl logs --timestamps/--prefix`: a header
+    behind a timestamp once went unseen and old `error` columns were read as `#wrong` counts."""
+    text = path.read_text()
+    want = nccl_results.parse_text(text)
+    got = nccl_results.parse_text("\n".join(LOG_LEADS[lead] + ln for ln in text.split("\n")))
+    for key in ("rows", "version", "ranks", "avg_busbw", "collective", "concluded", "failures", "root_column"):
+        assert got[key] == want[key], key

@@ -13,7 +13,8 @@ Formats (checked against real 2.19.6 captures from 1xH200 and 2xH200 and the 2.1
   ``# Collective test concluded: all_reduce_perf``. ``NCCL INFO`` lines interleave with everything.
   Failures print ``HOST: Test NCCL failure FILE:LINE '...'`` / ``Test CUDA failure`` / ``Test timeout``.
 * launcher prefixes: ``[1,0]<stdout>:`` (mpirun --tag-output) and ``0: `` (srun --label) in front of every line, and
-  the same tags glued inside a row when ranks' writes interleave: stripped (``tagged_lines`` counts them).
+  the same tags glued inside a row when ranks' writes interleave: stripped (``tagged_lines`` counts them); before
+  them a log collector's lead (``kubectl logs --timestamps``/``--prefix``, ``podman logs -t``) is dropped too.
 * header-driven cells: the ``size ...`` header fixes the cells of each half; ``-I 1`` (per-iteration timing) adds
   ``i_min i_max i_p99 i_cv%`` to both halves, ``-S 1`` a trailing ``timestamp`` column (``YYYY-MM-DD HH:MM:SS``),
   ``-C 1`` names the time column ``cputime``. ``#wrong`` is ``N/A`` where validation does not apply (alltoall in-place
@@ -89,8 +90,14 @@ _HALF_KEYS = {"time": "time_us", "cputime": "time_us", "algbw": "algbw", "busbw"
 DEFAULT_LAYOUT = {"width": 4, "index": {"time_us": 0, "algbw": 1, "busbw": 2, "wrong": 3}}
 
 
+# What log collectors put in front of every line: `kubectl logs --timestamps` (RFC 3339, nanoseconds), `--prefix`
+# (`[pod/<name>/<container>] `), docker/podman `logs -t`. Dropped before the launcher tag; not counted as tags.
+LOG_LEAD_RE = re.compile(r"^(?:\[pod/[^\]\s]+\]\s)?(?:\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?\s)?")
+
+
 def strip_launcher_tag(line):
-    """Drop a leading mpirun/srun rank tag; returns (line, tagged)."""
+    """Drop a log collector's lead (see LOG_LEAD_RE) and a leading mpirun/srun rank tag; returns (line, tagged)."""
+    line = line[LOG_LEAD_RE.match(line).end():]
     m = TAG_LEAD_RE.match(line)
     if not m:
         return line, False
