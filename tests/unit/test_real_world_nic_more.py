@@ -2,10 +2,14 @@
 driver_version}/ (sources in their SOURCES.md). Texts here are cut down from those outputs; the whole outputs are
 checked against hand-written answers by test_real_world_parsers.py."""
 import pathlib
+import sys
 
 import pytest
 
 from ansible_collections.b300.rollout.plugins.module_utils import rdma_nic
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "facts"))
+import synth  # noqa: E402
 
 FIX = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "real-world"
 
@@ -72,21 +76,7 @@ def test_log_file_lines_after_the_update_do_not_leak_into_the_last_block():
 
 
 def _sysfs(tmp_path, name, pci, fw, guid="e09d:7303:0012:6474", psid="MT_0000001244"):
-    ib = tmp_path / "class" / "infiniband" / name
-    pdev = tmp_path / "devices" / pci
-    (pdev / "net").mkdir(parents=True)
-    (pdev / "vendor").write_text("0x15b3\n")
-    (pdev / "device").write_text("0x1021\n")
-    ib.mkdir(parents=True)
-    (ib / "device").symlink_to(pdev)
-    (ib / "fw_ver").write_text(fw + "\n")
-    (ib / "board_id").write_text(psid + "\n")
-    (ib / "node_guid").write_text(guid + "\n")
-    (ib / "node_type").write_text("1: CA\n")
-    port = ib / "ports" / "1"
-    port.mkdir(parents=True)
-    (port / "state").write_text("4: ACTIVE\n")
-    (port / "link_layer").write_text("Ethernet\n")
+    synth.flat_ib_device(tmp_path, name, pci, fw, psid=psid, guid=guid, device_id="1021")
 
 
 def test_update_log_pending_attributed_then_cleared_once_running(tmp_path):

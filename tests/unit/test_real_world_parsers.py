@@ -1,11 +1,15 @@
 """Every REAL output under tests/fixtures/real-world/<kind>/ parsed and compared with its hand-written answer."""
 import json
 import pathlib
+import sys
 import datetime
 
 import pytest
 
 from ansible_collections.b300.rollout.plugins.module_utils import nccl_results, rdma_nic, thermal
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "facts"))
+import synth  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "real-world"
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -172,21 +176,7 @@ def test_cx8_under_mlnx_ofed_5_is_unsupported_install_doca():
 
 def _sysfs(tmp_path, devs):
     for name, pci, psid, guid, fw in devs:
-        ib = tmp_path / "class" / "infiniband" / name
-        pdev = tmp_path / "devices" / pci
-        (pdev / "net").mkdir(parents=True)
-        (pdev / "vendor").write_text("0x15b3\n")
-        (pdev / "device").write_text("0x1023\n")
-        ib.mkdir(parents=True)
-        (ib / "device").symlink_to(pdev)
-        (ib / "fw_ver").write_text(fw + "\n")
-        (ib / "board_id").write_text(psid + "\n")
-        (ib / "node_guid").write_text(guid + "\n")
-        (ib / "node_type").write_text("1: CA\n")
-        port = ib / "ports" / "1"
-        port.mkdir(parents=True)
-        (port / "state").write_text("4: ACTIVE\n")
-        (port / "link_layer").write_text("Ethernet\n")
+        synth.flat_ib_device(tmp_path, name, pci, fw, psid=psid, guid=guid, device_id="1023")
 
 
 MLX8 = "".join("""Device #%d:
