@@ -199,3 +199,23 @@ def test_mlnx_ofed_24_10_four_part_build_is_mlnx_ofed():
 def test_ofed_info_command_missing_is_unknown_not_a_version():
     got = rdma_nic.classify_driver_version("bash: ofed_info: command not found\n")
     assert got["flavour"] == "unknown" and got["version"] is None
+
+
+@pytest.mark.parametrize("value,flavour,scheme", [
+    ("6.8.0-41-generic", "inbox", "kernel"),
+    ("5.14.0-427.13.1.el9_4.x86_64", "inbox", "kernel"),
+    ("6.4.0-rc2-net-next-vm-lock-dbg+", "inbox", "kernel"),
+    ("5.0-0", "inbox", "module"),          # the old in-kernel MODULE_VERSION
+    ("5.8-1.1.2.1", "mlnx_ofed", "legacy"),  # two parts before the dash: an OFED version, never a kernel
+    ("24.10-1.1.4.0.200", "mlnx_ofed", "legacy"),
+    ("25.04-0.6.1", "doca_ofed", "legacy"),
+    ("2410.1.1", "doca_ofed", "yymm"),     # four-digit first part: DOCA, not a kernel release
+])
+def test_ethtool_version_kernel_release_versus_ofed(value, flavour, scheme):
+    got = rdma_nic.classify_driver_version("driver: mlx5_core\nversion: %s\nfirmware-version: 28.42.1000\n" % value)
+    assert (got["flavour"], got["version"], got["version_scheme"]) == (flavour, value, scheme)
+
+
+def test_ethtool_version_equal_to_the_hosts_kernel_release_is_inbox_whatever_its_shape():
+    got = rdma_nic.classify_driver_version("version: 6.8.0-odd", kernel_release="6.8.0-odd")
+    assert got["flavour"] == "inbox" and got["version_scheme"] == "kernel"

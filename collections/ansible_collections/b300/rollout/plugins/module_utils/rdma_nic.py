@@ -31,6 +31,11 @@ DATA_NIC_MODELS = ("ConnectX-8", "ConnectX-9")
 LEGACY_RE = re.compile(r"(?<![\d.])(\d{1,2})\.(\d{1,2})-(\d+(?:\.\d+){1,6})(?![\d.])")
 # the in-kernel (inbox) mlx5_core's MODULE_VERSION, e.g. modinfo "version: 5.0-0" (removed from newer kernels)
 INBOX_MODULE_RE = re.compile(r"^\d+\.\d+-\d+$")
+# What `ethtool -i` (and a driver without MODULE_VERSION) reports for the in-kernel mlx5_core since kernel 5.x is the
+# kernel release: three numeric parts (a one-digit major) then a free tail (6.8.0-41-generic, 6.16.3,
+# 6.1.106-116.188.amzn2023.x86_64, 6.4.0-rc2-...-dbg+). OFED versions have two parts before the dash (5.8-1.1.2.1,
+# 24.10-1.1.4) and DOCA's yymm ones a four-digit first part (2410.1.1), so neither matches.
+KERNEL_RELEASE_RE = re.compile(r"^[1-9]\.\d+\.\d+(?:[-+.~_][\w.+~-]*|\+)?$")
 YYMM_RE = re.compile(r"(?<![\d.])(\d{2})(\d{2})\.(\d+)\.(\d+)(?:\.(\d+))?(?![\d])")
 
 
@@ -118,8 +123,8 @@ def classify_driver_version(text, kernel_release=None):
     mlx5_core`` output or its ``version:`` value, or a bare version. Returns {flavour, version, version_scheme, raw}:
     ``mlnx_ofed`` for MLNX_OFED_LINUX-* and any legacy version of year < 25 (4.x, 5.x, 23.x, 24.x without a DOCA
     marker), ``doca_ofed`` for OFED-internal-* / DOCA and 25.x+ / YYMM versions, ``inbox`` for the in-kernel
-    MODULE_VERSION (``5.0-0``: its version is the kernel release when known), ``unknown`` otherwise (never dropped: the
-    raw text is kept).
+    MODULE_VERSION (``5.0-0``: its version is the kernel release when known) and for ``ethtool -i`` output whose
+    version is a kernel release (``6.8.0-41-generic``), ``unknown`` otherwise (never dropped: the raw text is kept).
     """
     if not text or not str(text).strip():
         return {"flavour": "unknown", "version": None, "version_scheme": None, "raw": None}
@@ -141,6 +146,9 @@ def classify_driver_version(text, kernel_release=None):
     if value and INBOX_MODULE_RE.match(value):
         return {"flavour": "inbox", "version": kernel_release or value,
                 "version_scheme": "kernel" if kernel_release else "module", "raw": value}
+    if value and (value == kernel_release or KERNEL_RELEASE_RE.match(value)):
+        # `ethtool -i` of the in-kernel driver: its version IS the kernel release
+        return {"flavour": "inbox", "version": value, "version_scheme": "kernel", "raw": value}
     parsed = parse_driver_version(value) if value else None
     if parsed:
         flavour = "doca_ofed" if parsed["scheme"] == "yymm" or parsed["year"] >= 25 else "mlnx_ofed"
