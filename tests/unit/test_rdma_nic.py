@@ -138,6 +138,34 @@ def test_cx7_alone_is_a_data_nic(tmp_path):
     assert r["usable_devices"] == ["mlx5_0", "mlx5_1"]
 
 
+def test_active_bluefield3_beside_cx8_is_frontend_never_a_data_nic(tmp_path):
+    """An HGX B300 with 8 CX8, the NVLink-management CX7 and two BlueField-3 north-south DPUs whose Ethernet ports are
+    up: the BF3s were 'data' and usable, so NCCL_IB_HCA took them and the two-node test ran over the frontend."""
+    root = synth.make_sysfs(tmp_path)
+    for k, pci in enumerate(("0000:e1:00.0", "0000:e2:00.0")):
+        synth.flat_ib_device(root, "mlx5_%d" % (9 + k), pci, "32.47.1026", psid="MT_0000000884",
+                             guid="a088:c203:0032:137%d" % k, device_id="a2dc", link_layer="Ethernet")
+    r = rn.build_rdma_nics(root, "OFED-internal-25.10-1.2.2:")
+    roles = {d["name"]: (d["model"], d["role"], d["usable"]) for d in r["devices"]}
+    assert roles["mlx5_9"] == roles["mlx5_10"] == ("BlueField-3", "frontend", False)
+    assert roles["mlx5_8"] == ("ConnectX-7", "fabric_manager", False)
+    assert r["usable_devices"] == ["mlx5_%d" % i for i in range(8)]
+    bf3 = next(d for d in r["devices"] if d["name"] == "mlx5_9")
+    assert bf3["unusable_reasons"] == [
+        "frontend NIC (BlueField-3 0000:e1:00.0, device id a2dc): not a ConnectX-8/9 GPU-fabric NIC on this host, "
+        "kept out of NCCL_IB_HCA and --disaggregation-ib-device"]
+    from ansible_collections.b300.rollout.plugins.module_utils import nccl_results
+    assert nccl_results.ib_hca_list(r["devices"], r["usable_devices"]) == "=" + ",".join(
+        "mlx5_%d" % i for i in range(8))
+
+
+def test_bluefield3_without_cx8_stays_a_data_nic(tmp_path):
+    """Only a host with the ConnectX-8/9 generation has a fabric to tell the frontend from: elsewhere nothing moves."""
+    synth.flat_ib_device(tmp_path, "mlx5_0", "0000:e1:00.0", "32.47.1026", psid="MT_0000000884", device_id="a2dc")
+    r = rn.build_rdma_nics(str(tmp_path))
+    assert (r["devices"][0]["role"], r["devices"][0]["usable"]) == ("data", True)
+
+
 def test_fabric_manager_devices_option(tmp_path):
     root = synth.make_sysfs(tmp_path, fm_nic=False)
     r = rn.build_rdma_nics(root, fabric_manager_devices=["mlx5_7"])

@@ -565,7 +565,10 @@ def build_rdma_nics(sysfs_root="/sys", ofed_info_text=None, mlxfwmanager_text=No
     """Build the ``rdma_nics`` fact.
 
     Role ``fabric_manager``: a ConnectX-7 on a host that also has ConnectX-8/9 NICs (the HGX B300 NVLink
-    management NIC), or any device named in ``fabric_manager_devices``. Those are never usable.
+    management NIC), or any device named in ``fabric_manager_devices``. Role ``frontend``: on such a host, any other
+    model (a BlueField-3 north-south/storage DPU, an older ConnectX, an unknown device id): an *active* port there is
+    not the GPU fabric, and NCCL or Mooncake auto-discovery would otherwise take it. Neither is ever usable (a CX8 of
+    an unknown device id then shows up as a missing data NIC, never as a wrong one).
     A pending firmware image (``fw_pending``) does not make a device unusable: the firmware gate decides.
     """
     devices = read_ib_devices(sysfs_root)
@@ -591,6 +594,11 @@ def build_rdma_nics(sysfs_root="/sys", ofed_info_text=None, mlxfwmanager_text=No
             role = "fabric_manager"
             reasons.append("fabric-manager NIC (%s %s): reserved for NVLink management, not for data" % (
                 d["model"], d["pci_address"]))
+        elif has_data_gen and d["model"] not in DATA_NIC_MODELS:
+            role = "frontend"
+            reasons.append("frontend NIC (%s %s, device id %s): not a ConnectX-8/9 GPU-fabric NIC on this host, kept "
+                           "out of NCCL_IB_HCA and --disaggregation-ib-device" % (
+                               d["model"], d["pci_address"], d.get("pci_device_id")))
         if d["node_type"] != "CA":
             reasons.append("node_type %s, expected CA" % d["node_type"])
         if not d["ports"]:

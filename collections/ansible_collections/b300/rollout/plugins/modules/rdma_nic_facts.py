@@ -12,7 +12,8 @@ description:
     C(mlxfwmanager --query) once each when present, and returns C(ansible_facts.rdma_nics) as described in
     docs/CONTRACTS.md.
   - Marks devices unusable (port not ACTIVE, link layer unknown, node type not CA) and gives the NVLink
-    fabric-manager ConnectX-7 of an HGX B300 the role C(fabric_manager) (never usable for data).
+    fabric-manager ConnectX-7 of an HGX B300 the role C(fabric_manager) and, on a host with ConnectX-8/9, every
+    other model (BlueField-3 north-south DPUs, older ConnectX) the role C(frontend); neither is ever usable for data.
   - Read-only; runs in check mode too.
 version_added: "0.1.0"
 author: b300-rollout maintainers (@b300-rollout)
