@@ -253,6 +253,7 @@ def test_roles_pass_on_healthy_b300(tmp_path):
     proc = run_roles(tmp_path, "healthy")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert "8 GPUs" in proc.stdout and "usable RDMA NICs mlx5_0,mlx5_1" in proc.stdout
+    assert "not for data: mlx5_8 ConnectX-7 (fabric_manager)" in proc.stdout and "FINDING" not in proc.stdout
     rdma = json.loads((tmp_path / "rdma.json").read_text())
     assert rdma["usable_devices"] == ["mlx5_%d" % i for i in range(8)]
 

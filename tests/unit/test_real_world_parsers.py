@@ -226,6 +226,24 @@ def test_unattributable_pending_image_is_a_host_finding_and_fails_the_gate(tmp_p
     assert any("PENDING_RESET" in m for m in fw_matrix.host_messages("h", res))
 
 
+def test_mlxfwmanager_output_not_understood_reaches_the_gate_as_unknown(tmp_path):
+    """'-E- No devices found' (MST not started, no permission) or a format the parser does not know: whether a flashed
+    image waits for a reset is unknown. It was a line in the facts only; the gate now judges it by the unknown policy."""
+    from ansible_collections.b300.rollout.plugins.module_utils import fw_matrix
+    _sysfs(tmp_path, [("mlx5_0", "0000:10:00.0", "MT_0000001222", "aaaa:bbbb:cccc:0000", "40.47.1026")])
+    r = rdma_nic.build_rdma_nics(str(tmp_path), None, "Querying Mellanox devices firmware ...\n\n-E- No devices found\n")
+    assert r["findings"] == ["mlxfwmanager: output not understood, flashed-but-not-running images unknown: "
+                             "mlxfwmanager output has no device block (-E- No devices found)"]
+    rows = [{"id": "any", "source": "t", "driver": {"flavours": ["absent"], "any_version": True},
+             "models": {"ConnectX-8": {"minimum": "40.47.1026"}}}]
+    res = fw_matrix.check_host(r, rows)
+    assert res["status"] == "fail" and [f["verdict"] for f in res["host_findings"]] == ["unknown"]
+    msg = [m for m in fw_matrix.host_messages("b300a", res) if "UNKNOWN" in m]
+    assert msg and msg[0].startswith("b300a: host: UNKNOWN: mlxfwmanager: output not understood")
+    assert "nic_firmware_gate_unknown_policy: warn" in msg[0]
+    assert fw_matrix.check_host(r, rows, {"unknown": "warn"})["status"] == "warn"
+
+
 # ----------------------------------- every real output of every kind, in the forms a copy of it takes
 def _parse(kind, text, ans):
     if kind == "mlxfwmanager":
