@@ -265,16 +265,16 @@ COPIES = {
 }
 
 
-@pytest.mark.parametrize("copy", sorted(COPIES))
-@pytest.mark.parametrize("path", [p for k in ("mlxfwmanager", "driver_version", "nccl_tests", "dmon") for p in cases(k)],
-                         ids=lambda p: "%s/%s" % (p.parent.name, p.name))
+COPIED = [pytest.param(p, c, id="%s/%s-%s" % (p.parent.name, p.name, c))
+          for k in ("mlxfwmanager", "driver_version", "nccl_tests", "dmon") for p in cases(k) for c in sorted(COPIES)
+          if COPIES[c](p.read_text()) != p.read_text()]
+
+
+@pytest.mark.parametrize("path,copy", COPIED)
 def test_real_output_reads_the_same_when_copied(path, copy):
     """Pasted into a ticket, saved on Windows, cut without its last newline: the parse must not change."""
     kind, text, ans = path.parent.name, path.read_text(), answer(path)
-    changed = COPIES[copy](text)
-    if changed == text:
-        pytest.skip("no change")
-    assert _parse(kind, changed, ans) == _parse(kind, text, ans)
+    assert _parse(kind, COPIES[copy](text), ans) == _parse(kind, text, ans)
 
 
 LOG_LEADS = {

@@ -184,15 +184,16 @@ VARIANTS = {
 KEYS = ("gpus", "nics", "cpu_affinity", "numa_affinity", "gpu_gpu", "gpu_nic")
 
 
-@pytest.mark.parametrize("variant", sorted(VARIANTS))
-@pytest.mark.parametrize("name", FIXTURES)
+# only the pairs where the copy differs from the original (a file already without tabs has no tabs-to-spaces form)
+COPIED_FORMS = [(n, v) for n in FIXTURES for v in sorted(VARIANTS) if VARIANTS[v](load(n)[0]) != load(n)[0]]
+
+
+@pytest.mark.parametrize("name,variant", COPIED_FORMS)
 def test_real_fixture_reads_the_same_in_every_copied_form(name, variant):
     """A copy pasted into a ticket or a chat turns tabs into spaces, CRLF, underline escapes or a lost leading tab:
     the same matrix must come out. Rules, not files: this is how the further real outputs will arrive."""
     text, ans = load(name)
     changed = VARIANTS[variant](text)
-    if changed == text:
-        pytest.skip("%s leaves %s unchanged" % (variant, name))
     want = gt.parse_topo(text)
     got = gt.parse_topo(changed)
     assert {k: got[k] for k in KEYS} == {k: want[k] for k in KEYS}
