@@ -208,7 +208,8 @@ def test_pending_firmware_matched_by_guid(tmp_path):
 def test_no_infiniband_class(tmp_path):
     r = rn.build_rdma_nics(str(tmp_path), None, None, "6.8.0")
     assert r == {"driver": {"flavour": "absent", "version": None, "version_scheme": None, "ofed_info": None},
-                 "devices": [], "usable_devices": [], "fw_pending_unattributed": [], "findings": []}
+                 "devices": [], "usable_devices": [], "fw_pending_unattributed": [], "mlxfwmanager_error": None,
+                 "findings": []}
 
 
 @pytest.mark.parametrize("dev_id,model", [("1021", "ConnectX-7"), ("1023", "ConnectX-8"), ("1025", "ConnectX-9"),

@@ -234,6 +234,7 @@ def test_mlxfwmanager_output_not_understood_reaches_the_gate_as_unknown(tmp_path
     r = rdma_nic.build_rdma_nics(str(tmp_path), None, "Querying Mellanox devices firmware ...\n\n-E- No devices found\n")
     assert r["findings"] == ["mlxfwmanager: output not understood, flashed-but-not-running images unknown: "
                              "mlxfwmanager output has no device block (-E- No devices found)"]
+    assert r["mlxfwmanager_error"] == r["findings"][0]
     rows = [{"id": "any", "source": "t", "driver": {"flavours": ["absent"], "any_version": True},
              "models": {"ConnectX-8": {"minimum": "40.47.1026"}}}]
     res = fw_matrix.check_host(r, rows)
@@ -266,8 +267,8 @@ COPIES = {
 
 
 COPIED = [pytest.param(p, c, id="%s/%s-%s" % (p.parent.name, p.name, c))
-          for k in ("mlxfwmanager", "driver_version", "nccl_tests", "dmon") for p in cases(k) for c in sorted(COPIES)
-          if COPIES[c](p.read_text()) != p.read_text()]
+          for k in ("mlxfwmanager", "driver_version", "nccl_tests", "dmon") for p in cases(k)
+          for text in [p.read_text()] for c in sorted(COPIES) if COPIES[c](text) != text]
 
 
 @pytest.mark.parametrize("path,copy", COPIED)

@@ -185,7 +185,7 @@ KEYS = ("gpus", "nics", "cpu_affinity", "numa_affinity", "gpu_gpu", "gpu_nic")
 
 
 # only the pairs where the copy differs from the original (a file already without tabs has no tabs-to-spaces form)
-COPIED_FORMS = [(n, v) for n in FIXTURES for v in sorted(VARIANTS) if VARIANTS[v](load(n)[0]) != load(n)[0]]
+COPIED_FORMS = [(n, v) for n in FIXTURES for text in [load(n)[0]] for v in sorted(VARIANTS) if VARIANTS[v](text) != text]
 
 
 @pytest.mark.parametrize("name,variant", COPIED_FORMS)

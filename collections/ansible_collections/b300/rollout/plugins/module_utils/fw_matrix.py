@@ -413,13 +413,12 @@ def check_host(rdma_nics, rows, policy=None):
                            % (u.get("device") or "<device>")})
     # mlxfwmanager ran but its output was not understood: whether a flashed image waits for a reset (the CX8 trap)
     # is unknown, which the unknown policy judges; it was only in the facts, where nobody read it
-    for line in rdma_nics.get("findings") or []:
-        if line.startswith("mlxfwmanager: output not understood"):
-            host_findings.append({
-                "verdict": "unknown", "severity": pol["unknown"], "device": None, "psid": None,
-                "fw_running": None, "fw_pending": None, "reason": line,
-                "remediation": "run mlxfwmanager --query on the host and read it; if it lists the NICs, attach it to "
-                               "an issue for the parser; or set nic_firmware_gate_unknown_policy: warn"})
+    if rdma_nics.get("mlxfwmanager_error"):
+        host_findings.append({
+            "verdict": "unknown", "severity": pol["unknown"], "device": None, "psid": None,
+            "fw_running": None, "fw_pending": None, "reason": rdma_nics["mlxfwmanager_error"],
+            "remediation": "run mlxfwmanager --query on the host and read it; if it lists the NICs, attach it to "
+                           "an issue for the parser; or set nic_firmware_gate_unknown_policy: warn"})
     if any(f["severity"] == "fail" for f in host_findings):
         status = "fail"
     elif host_findings and status == "ok":

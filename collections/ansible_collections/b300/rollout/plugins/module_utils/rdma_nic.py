@@ -573,12 +573,14 @@ def build_rdma_nics(sysfs_root="/sys", ofed_info_text=None, mlxfwmanager_text=No
     """
     devices = read_ib_devices(sysfs_root)
     findings = []
+    mlxfwmanager_error = None
     try:
         fw_list = parse_mlxfwmanager(mlxfwmanager_text) if mlxfwmanager_text else []
     except ValueError as exc:
         # output not understood: say so (pending images unknown), never read it as "no devices"
         fw_list = []
-        findings.append("mlxfwmanager: output not understood, flashed-but-not-running images unknown: %s" % exc)
+        mlxfwmanager_error = "mlxfwmanager: output not understood, flashed-but-not-running images unknown: %s" % exc
+        findings.append(mlxfwmanager_error)
     mst_map = parse_mst_status(mst_status_text)
     psid_count = {}
     for d in devices:
@@ -650,5 +652,6 @@ def build_rdma_nics(sysfs_root="/sys", ofed_info_text=None, mlxfwmanager_text=No
         "devices": out_devices,
         "usable_devices": sorted(d["name"] for d in out_devices if d["usable"] and d["role"] == "data"),
         "fw_pending_unattributed": unattributed,
+        "mlxfwmanager_error": mlxfwmanager_error,
         "findings": findings,
     }

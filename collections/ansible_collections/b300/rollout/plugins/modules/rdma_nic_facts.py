@@ -83,7 +83,8 @@ ansible_facts:
         fw_ver, psid, node_type, numa_node, netdevs, ports, role, usable, unusable_reasons, fw_pending,
         fw_available, fw_status, fw_record_match - pci|mst|guid|mac|psid or null), usable_devices,
         fw_pending_unattributed (flashed images pending a reset that match no device: device, psid, fw_running,
-        fw_pending) and findings (one line each). See docs/CONTRACTS.md.
+        fw_pending), mlxfwmanager_error (why its output was not understood, or null) and findings (one line
+        each). See docs/CONTRACTS.md.
       type: dict
       returned: always
 """
