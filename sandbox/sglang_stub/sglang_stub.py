@@ -9,20 +9,30 @@ sglang-router 0.3.2 and our roles use, with deterministic answers that name the 
 
 Python 3.11 standard library only (the sandbox hosts have no pip packages).
 
-Environment knobs (all optional):
+Behaviour like SGLang 0.5.17/0.5.18 where the project meets it (README.md "Contract", with file:line per version):
+port bound after the load, warm-up (SGLANG_WARMUP_TIMEOUT, kill on failure), /health as a 1-token generation,
+/flush_cache only when idle, the real metric families, /v1/loads, PD bootstrap_room and the prefill's KV-transfer
+queue, reasoning_content, a child "scheduler" process and SIGTERM semantics, uvicorn keep-alive.
+
+Environment knobs (all optional; README.md has the full table):
   SGLANG_STUB_VERSION         version when the executable name carries none (sglang-0.5.17 -> 0.5.17)
-  SGLANG_STUB_LOAD_SECONDS    simulated model load; /health answers 503 meanwhile (default 2)
+  SGLANG_STUB_TIME_SCALE      factor on every real SGLang duration reproduced (default 0.1; 1 = real timings)
+  SGLANG_STUB_LOAD_SECONDS    simulated model load, the port is not bound meanwhile (default 2)
+  SGLANG_STUB_WARMUP_SECONDS  first forward pass in real seconds (scaled; default 2)
   SGLANG_STUB_LATENCY_MS      time each inference request takes (default 0)
+  SGLANG_STUB_KV_TRANSFER_MS  time one PD KV transfer takes (default 0)
   SGLANG_STUB_FAULT           space/comma separated faults: unhealthy, error500, hang, die_after_load,
                                 unhealthy_after_restart (= unhealthy for a process started after the control file
                                 was written; the process already running stays healthy: a restart that never comes up)
   SGLANG_STUB_CONTROL_DIR     control directory (default /run/sglang-stub/<port>); files read on every request:
-                                fault       same words as SGLANG_STUB_FAULT (replaces the env value while present)
-                                latency_ms  replaces SGLANG_STUB_LATENCY_MS while present
-  SGLANG_STUB_DRAIN_SECONDS   longest wait for in-flight requests after SIGTERM (default 30)
+                                fault, latency_ms, kv_transfer_ms, warmup_seconds, health_forward_ms,
+                                mooncake_transport (replace the env value while present)
   SGLANG_STUB_HANG_MAX_SECONDS  a hung request gives up (504) after this long (default 600)
   SGLANG_STUB_INSTANCE_NAME   name in the answer text (default <hostname>:<port> when --host is a wildcard)
   SGLANG_STUB_CHECK_ONLY=1    `serve ARGV` only parses (exit 0 accepted / 2 refused) and starts nothing
+Real variables read like SGLang: SGLANG_WARMUP_TIMEOUT, SGLANG_HEALTH_CHECK_TIMEOUT,
+SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION, SGLANG_TIMEOUT_KEEP_ALIVE, SGLANG_DISAGGREGATION_WAITING_TIMEOUT,
+SGL_FORCE_SHUTDOWN, MC_FORCE_TCP, MC_FORCE_HCA.
 """
 
 import argparse
