@@ -286,12 +286,12 @@ def test_warmup_timeout_kills_the_server(tmp_path):
     kill_process_tree: the process dies of SIGKILL (systemd: status=9/KILL, Restart=on-failure restarts it)."""
     port = free_port()
     env = dict(os.environ, SGLANG_STUB_LOAD_SECONDS="0.1", SGLANG_STUB_CONTROL_DIR=str(tmp_path / "ctl"),
-               SGLANG_STUB_TIME_SCALE="0.01", SGLANG_WARMUP_TIMEOUT="100", SGLANG_STUB_WARMUP_SECONDS="300")
+               SGLANG_STUB_TIME_SCALE="0.005", SGLANG_WARMUP_TIMEOUT="100", SGLANG_STUB_WARMUP_SECONDS="150")
     proc = subprocess.run([sys.executable, str(BIN / "sglang-0.5.18"), "serve", "--model-path", "/m", "--host",
                            "127.0.0.1", "--port", str(port)], capture_output=True, text=True, timeout=30, env=env)
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
     assert "Initialization failed. warmup error" in proc.stderr and "kill_process_tree called" in proc.stderr
-    # the default (-1) is 600 s non-PD: a 300 s warm-up passes
+    # the default (-1) is 600 s non-PD: a 150 s warm-up passes
     env.update(SGLANG_WARMUP_TIMEOUT="-1")
     s = subprocess.Popen([sys.executable, str(BIN / "sglang-0.5.18"), "serve", "--model-path", "/m", "--host",
                           "127.0.0.1", "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
