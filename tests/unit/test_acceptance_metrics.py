@@ -215,3 +215,27 @@ def test_warmup_401_stops_with_the_fix(monkeypatch):
         client.warm_up({"router_url": "http://r:1"}, None, sleep=lambda s: None)
     monkeypatch.setattr(client, "http", FakeHTTP([(500, "x"), (200, "{}")]))
     assert client.warm_up({"router_url": "http://r:1"}, "k", sleep=lambda s: None)["attempts"] == 2
+
+
+STUB_CONTRACT = ROOT / "sandbox" / "sglang_stub" / "contract"
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in STUB_CONTRACT.glob("metrics-*.txt")))
+def test_real_collector_files_of_the_stub_contract(name):
+    """sandbox/sglang_stub/contract/metrics-<ver>-<mode>.txt: multiprocess exposition written by the REAL
+    metrics_collector.py of each version (real_metrics.py there: requests fed with cached 100 as device 60 + host
+    40, cached 3 without details, and a miss). Our reader counts 103 cached of 122 prompt tokens, and the
+    decode-mode realtime tokens (7); the kv transfer sum only on a prefill."""
+    text = (STUB_CONTRACT / name).read_text()
+    s = sm.parse(text)
+    assert sm.cached_tokens_by_source(s) == {"device": 60.0, "host": 40.0, "total": 3.0}
+    assert sm.cached_tokens(s) == 103
+    assert sm.counter_sum(s, sm.PROMPT_TOKENS) == 122 and sm.counter_sum(s, sm.NUM_REQUESTS) == 3
+    assert sm.summarize(text)[sm.REALTIME_TOKENS] == 7
+    kv = sm.counter_sum(s, sm.KV_TRANSFER_MB_SUM)
+    assert (kv == pytest.approx(0.4)) if "prefill" in name else kv == 0
+
+
+def test_stub_contract_files_exist_for_both_versions():
+    names = {p.name for p in STUB_CONTRACT.glob("metrics-*.txt")}
+    assert {"metrics-%s-%s.txt" % (v, m) for v in ("0.5.17", "0.5.18") for m in ("null", "prefill", "decode")} <= names
