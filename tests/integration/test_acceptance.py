@@ -7,11 +7,21 @@ keys; servers' hit within 3 points of the target and agreeing with the responses
 rose on every instance's --disaggregation-ib-device counters; with the transport forced to TCP on every instance
 (Mooncake's quiet fallback, emulated by the stub control file `mooncake_transport`) the verdict is tcp_fallback and
 names the instances.
+kimi_k3 runs with an API key (the production default, issue 20 H3): deployed with the key (router and workers
+keyed), the acceptance run passes through the keyed router (bench_serving gets OPENAI_API_KEY from the client), and
+the key is in no artifact of the run (controller run dir, spec.json included), no ansible output (-v), no async job
+file and no process argv sampled while the run goes. glm52_pd (deployed next, without a key) runs keyless, which
+also leaves the fleet keyless for the tests after this module.
 """
 import json
+import os
+import pathlib
+import secrets
 import subprocess
+import time
 
 import pytest
+import yaml
 
 from test_sglang_deploy import INVENTORY, ROOT, VENV_BIN, _env, deploy, on_host  # pylint: disable=import-error
 
@@ -19,15 +29,49 @@ pytestmark = [pytest.mark.integration, pytest.mark.sandbox]
 LATEST = ROOT / "artifacts" / "acceptance" / "latest"
 
 
-def acceptance(profile, *extra):
+ASYNC_DIR = pathlib.Path(os.path.expanduser("~/.ansible_async"))
+
+
+def _argv_holding(needle):
+    """Command lines of every process now running that contain needle (the controller runs the client here)."""
+    found = []
+    for d in pathlib.Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                cmd = (d / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if needle.encode() in cmd:
+                found.append(cmd.replace(b"\0", b" ").decode(errors="replace")[:200])
+    return found
+
+
+def acceptance(profile, *extra, key=None):
+    """Run playbooks/acceptance.yml; returns the report. With key: while it runs, every process argv is sampled for
+    the key (a leak fails the test); the output and the run's files are checked afterwards by the caller."""
     subprocess.run([str(ROOT / "tools" / "acceptance" / "client_venv.sh")], cwd=ROOT, check=True, timeout=3600,
                    capture_output=True)
     cmd = [str(VENV_BIN / "ansible-playbook"), "-i", str(INVENTORY), "playbooks/acceptance.yml", "-l", "b300a,b300b",
            "-e", "sglang_profile=%s" % profile, "-e", "acceptance_fail_on_verdict=false", *extra]
-    proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=900, check=False)
-    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
-    assert "requests done" in proc.stdout                     # progress lines while the client runs
-    return json.loads((LATEST / "report.json").read_text())
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    leaks, samples, deadline = [], 0, time.monotonic() + 900
+    while key and proc.poll() is None and time.monotonic() < deadline:
+        leaks += _argv_holding(key)
+        samples += 1
+        time.sleep(0.3)
+    try:
+        out, err = proc.communicate(timeout=max(1, deadline - time.monotonic()))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert not leaks, "the API key was on a process command line during the acceptance run: %s" % leaks[:3]
+    assert proc.returncode == 0, out[-6000:] + err[-3000:]
+    assert "requests done" in out                             # progress lines while the client runs
+    if key:
+        assert samples > 10, "the run was too short to sample the process table (%d samples)" % samples
+    rep = json.loads((LATEST / "report.json").read_text())
+    rep["_output"] = out + err
+    return rep
 
 
 def rep_ports():
@@ -49,15 +93,41 @@ def check_common(rep, profile):
     assert 'verdict="%s"} 1' % rep["verdict"] in (LATEST / "acceptance.prom").read_text()
 
 
-def test_kimi_k3_scaled_run_accepted():
-    deploy("kimi_k3")
-    rep = acceptance("kimi_k3")
+@pytest.fixture(scope="module")
+def keyed_vars(tmp_path_factory):
+    key = "sk-acc-" + secrets.token_hex(16)
+    f = tmp_path_factory.mktemp("acckey") / "key.yml"
+    f.write_text(yaml.safe_dump({"sglang_api_key": key}))
+    f.chmod(0o600)
+    return key, f
+
+
+def test_kimi_k3_scaled_run_accepted_through_a_keyed_router(keyed_vars):
+    key, vars_file = keyed_vars
+    deploy("kimi_k3", "-e", "@%s" % vars_file)
+    t0 = time.time()
+    rep = acceptance("kimi_k3", "-e", "@%s" % vars_file, "-v", key=key)
     check_common(rep, "kimi_k3")
     assert rep["verdict"] == "accepted", rep["rule"]
+    # the client warmed up through the keyed router and flushed every worker (with the key) before bench_serving
+    result = json.loads((LATEST / "result.json").read_text())
+    assert result["warmup"]["status"] == 200 and result["error"] is None
+    assert sorted(result["flushed"]) == sorted(w["id"] for w in rep_ports())
+    assert all(f["status"] == 200 for f in result["flushed"].values()), result["flushed"]
+    spec = json.loads((LATEST / "spec.json").read_text())
+    assert spec["api_key_stdin"] is True and "--flush-cache" not in spec["argv"]
+    # the key is nowhere on disk or in the output
+    leaked = [str(p) for p in LATEST.resolve().rglob("*") if p.is_file() and key.encode() in p.read_bytes()]
+    assert not leaked, "API key in run artifacts: %s" % leaked
+    assert key not in rep["_output"] and key[7:] not in rep["_output"], "API key in ansible-playbook -v output"
+    assert "PLAY RECAP" in rep["_output"]
+    jobs = [p for p in ASYNC_DIR.glob("*") if p.is_file() and p.stat().st_mtime >= t0] if ASYNC_DIR.is_dir() else []
+    assert jobs, "no async job file of the client run under %s" % ASYNC_DIR
+    assert not [str(p) for p in jobs if key.encode() in p.read_bytes()], "API key in an async job result file"
 
 
 def test_glm52_pd_scaled_run_rdma_then_tcp_fallback():
-    deploy("glm52_pd")
+    deploy("glm52_pd")          # without the key: the fleet is keyless again for the tests after this module
     rep = acceptance("glm52_pd")
     check_common(rep, "glm52_pd")
     assert rep["verdict"] == "accepted", rep["rule"]

@@ -34,9 +34,13 @@ def test_bench_argv_native_backend_gsp_no_fast_prepare():
     argv = acc.bench_argv("py", acc.scaled_shape(GLM), "http://r:30080", "m", "/tok", "o.jsonl", "t")
     assert argv[argv.index("--backend") + 1] == "sglang"
     assert argv[argv.index("--dataset-name") + 1] == "generated-shared-prefix"
-    assert "--flush-cache" in argv and "--cache-report" in argv
+    assert "--cache-report" in argv and argv[argv.index("--warmup-requests") + 1] == "0"
+    # bench_serving's own flush is one unretried POST through the router: the client flushes each worker instead
+    assert "--flush-cache" not in argv
     with pytest.raises(ValueError):
         acc.bench_argv("py", acc.scaled_shape(GLM), "u", "m", "t", "o", "t", extra=["--gsp-fast-prepare"])
+    with pytest.raises(ValueError, match="busy worker"):
+        acc.bench_argv("py", acc.scaled_shape(GLM), "u", "m", "t", "o", "t", extra=["--flush-cache"])
 
 
 def test_parse_bench_output_last_line():
@@ -47,16 +51,36 @@ def test_parse_bench_output_last_line():
     assert out["cache_report"]["cache_hit_rate_pct"] == 77.0
 
 
-def test_server_cache_hit_one_engine_type_total_source():
-    before = {"u": 'sglang:prompt_tokens_total{engine_type="prefill"} 100\n'
-                   'sglang:cached_tokens_total{engine_type="prefill",cache_source="total"} 10\n'}
-    after = {"u": 'sglang:prompt_tokens_total{engine_type="prefill"} 1100\n'
-                  'sglang:prompt_tokens_total{engine_type="decode"} 1000\n'
-                  'sglang:cached_tokens_total{engine_type="prefill",cache_source="total"} 780\n'
-                  'sglang:cached_tokens_total{engine_type="prefill",cache_source="device"} 770\n'
-                  'sglang:cached_tokens_total{engine_type="decode",cache_source="total"} 770\n'}
+def test_server_cache_hit_one_engine_type_every_cache_source():
+    """What the real TokenizerMetricsCollector writes on 0.5.17/0.5.18 (metrics_collector.py
+    observe_one_finished_request; the scheduler always sends cached_tokens_details on a hit): cached tokens per
+    cache_source device and host, labels model_name + engine_type (+ is_streaming on prompt tokens); a PD decode
+    counts the prefill's hit too (F3), so one engine type is read. Series appear at their first observation: none
+    before the run."""
+    before = {"u": '# HELP sglang:prompt_tokens_total Number of prefill tokens processed.\n'
+                   '# TYPE sglang:prompt_tokens_total counter\n'
+                   'sglang:prompt_tokens_total{engine_type="prefill",is_streaming="true",model_name="G"} 100.0\n'}
+    after = {"u": 'sglang:prompt_tokens_total{engine_type="prefill",is_streaming="true",model_name="G"} 1100.0\n'
+                  'sglang:prompt_tokens_total{engine_type="decode",is_streaming="true",model_name="G"} 1000.0\n'
+                  'sglang:cached_tokens_total{cache_source="device",engine_type="prefill",model_name="G"} 550.0\n'
+                  'sglang:cached_tokens_total{cache_source="host",engine_type="prefill",model_name="G"} 220.0\n'
+                  'sglang:cached_tokens_total{cache_source="device",engine_type="decode",model_name="G"} 770.0\n'}
     h = acc.server_cache_hit(before, after, "prefill")
     assert (h["prompt_tokens"], h["cached_tokens"], h["hit"]) == (1000, 770, 0.77)
+    # the old reader kept cache_source="total" only: 0 of 770 on this text, verdict cache_miss on every real server
+    assert acc.counter_sum(acc.parse_prometheus(after["u"]), "sglang:cached_tokens_total", "prefill",
+                           cache_source="total") == 0
+
+
+def test_total_fallback_adds_to_the_breakdown():
+    """A request without cached_tokens_details goes to cache_source="total" INSTEAD of the breakdown (the two
+    branches are exclusive per request), so a family holding both sums them; tests/parser/test_real_contract.py
+    feeds the real collector such a mix and checks the same."""
+    text = ('sglang:cached_tokens_total{cache_source="device",engine_type="unified",model_name="K"} 3968.0\n'
+            'sglang:cached_tokens_total{cache_source="total",engine_type="unified",model_name="K"} 2048.0\n'
+            'sglang:prompt_tokens_total{engine_type="unified",is_streaming="false",model_name="K"} 8192.0\n')
+    h = acc.server_cache_hit({}, {"u": text}, "unified")
+    assert (h["cached_tokens"], h["prompt_tokens"]) == (6016, 8192)
 
 
 def test_online_p95_from_10s_windows():
@@ -132,9 +156,9 @@ def test_active_span_drops_idle_head_and_tail():
 
 def _pd_result(kv_mb):
     def m(prompt, cached, kv):
-        return ('sglang:prompt_tokens_total{engine_type="prefill"} %d\n'
-                'sglang:cached_tokens_total{engine_type="prefill",cache_source="total"} %d\n'
-                'sglang:kv_transfer_total_mb_sum{engine_type="prefill"} %f\n' % (prompt, cached, kv))
+        return ('sglang:prompt_tokens_total{engine_type="prefill",is_streaming="true"} %d\n'
+                'sglang:cached_tokens_total{cache_source="device",engine_type="prefill"} %d\n'
+                'sglang:kv_transfer_total_mb_sum{engine_type="prefill",tp_rank="0"} %f\n' % (prompt, cached, kv))
     return {"rc": 0, "metrics_before": {"http://p:1": m(0, 0, 0)}, "metrics_after": {"http://p:1": m(1000, 770, kv_mb)},
             "argv": ["x"]}
 

@@ -4,7 +4,9 @@ Sources: /work/shared/reference/benchmark-and-rdma-facts.md (section numbers bel
 - shape: generated-shared-prefix (GSP) with G groups x P prompts, system prompt S, question Q, L = S + Q;
   predicted hit = ((P-1)/P) * S/L (section 1.5). S is rounded to the page (64) like the table there.
 - cache hit (servers): delta cached_tokens_total / delta prompt_tokens_total over the run, ONE engine_type
-  (prefill for PD, unified for regular), cache_source="total" when the label exists (section 2.1, 2.3).
+  (prefill for PD, unified for regular), summed over every cache_source (device, host, storage_*; "total" only
+  holds requests that came without a breakdown): module_utils/sglang_metrics.py reads the counters, for this module
+  and for roles/acceptance/files/acceptance_client.py alike.
 - cache hit (responses): bench_serving --cache-report: total_cached_tokens / total_prompt_tokens (section 1.4).
 - online P95 throughput (pinned here, the seed does not define it, section 1.4): the 95th percentile (nearest rank)
   of the output tokens/s of consecutive 10 s windows, from the servers' decode token counter sampled during the run.
@@ -12,7 +14,8 @@ Sources: /work/shared/reference/benchmark-and-rdma-facts.md (section numbers bel
 """
 import json
 import math
-import re
+
+from ansible_collections.b300.rollout.plugins.module_utils import sglang_metrics
 
 VERDICTS = ("accepted", "below_seed", "regressed", "cache_miss", "errors", "tcp_fallback")
 
@@ -75,8 +78,20 @@ def scaled_shape(seed, scale=1.0, page=64, domains=1):
 
 
 def bench_argv(python, shape, base_url, model, tokenizer, output_file, tag, seed=42, extra=()):
-    """The bench_serving command line (facts section 6): native sglang backend, GSP, --flush-cache, --cache-report.
-    Never --gsp-fast-prepare (section 1.3)."""
+    """The bench_serving command line (facts section 6): native sglang backend, GSP, --cache-report,
+    --warmup-requests 0, and NO --flush-cache. Never --gsp-fast-prepare (section 1.3).
+
+    Why bench_serving does not flush (decided for issue 20, E1 of sglang-real-contract.md): its --flush-cache is one
+    POST /flush_cache through the router right after its own warm-up request, and it raise_for_status()es
+    (sglang/benchmark/serving.py flush_server_cache, 0.5.17 line 975-981 / 0.5.18 line 977-995; 0.5.18 adds
+    ?timeout=60, still one attempt, and whether router 0.3.2's fan-out passes it on is not known). A real worker
+    answers 400 whenever its scheduler is not fully idle (srt/managers/scheduler.py flush_cache), and on glm52_pd the
+    router's /health checks are one-token generations every few seconds, so that single unretried flush aborts the
+    whole run (verdict `errors`, nothing measured) at random; how router 0.3.2 merges a partial 400 is not even
+    known. roles/acceptance/files/acceptance_client.py flushes every worker itself instead, with ?timeout= (the
+    server waits for idle) and bounded retries, naming the worker when it gives up. bench_serving's warm-up request
+    would then refill one group's prefix after that flush (the measured run would hit above the shape's prediction),
+    so it is switched off (--warmup-requests 0); the client sends its own warm-up before it flushes."""
     argv = [python, "-m", "sglang.bench_serving", "--backend", "sglang", "--base-url", base_url,
             "--model", model, "--tokenizer", tokenizer,
             "--dataset-name", "generated-shared-prefix",
@@ -84,11 +99,14 @@ def bench_argv(python, shape, base_url, model, tokenizer, output_file, tag, seed
             "--gsp-system-prompt-len", str(shape["system_prompt_len"]),
             "--gsp-question-len", str(shape["question_len"]), "--gsp-output-len", str(shape["output_len"]),
             "--request-rate", str(shape["request_rate"]), "--max-concurrency", str(shape["max_concurrency"]),
-            "--seed", str(seed), "--flush-cache", "--cache-report",
+            "--seed", str(seed), "--warmup-requests", "0", "--cache-report",
             "--output-file", output_file, "--output-details", "--tag", tag]
     argv.extend(extra)
     if "--gsp-fast-prepare" in argv:
         raise ValueError("--gsp-fast-prepare sets every prompt_len=1: the hit rate and input figures would be wrong")
+    if "--flush-cache" in argv:
+        raise ValueError("--flush-cache: bench_serving flushes once through the router and aborts the run on the 400 "
+                         "a busy worker answers; the acceptance client already flushes every worker with retries")
     return argv
 
 
@@ -119,41 +137,14 @@ def parse_bench_output(text):
     return out
 
 
-_SAMPLE_RE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([^}]*)\})?\s+([-+0-9.eEinfNa]+)')
-_LABEL_RE = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
-
-
 def parse_prometheus(text):
-    """[(name, {labels}, value)] from Prometheus text exposition."""
-    out = []
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        m = _SAMPLE_RE.match(line)
-        if not m:
-            continue
-        labels = dict(_LABEL_RE.findall(m.group(3) or ""))
-        try:
-            out.append((m.group(1), labels, float(m.group(4))))
-        except ValueError:
-            continue
-    return out
+    """[(name, {labels}, value)] from a /metrics text (module_utils/sglang_metrics.py, the one reader)."""
+    return sglang_metrics.parse(text)
 
 
 def counter_sum(samples, name, engine_type=None, **match):
-    """Sum of a counter over label sets; cached_tokens_total: cache_source="total" when that label exists."""
-    total = 0.0
-    for n, labels, value in samples:
-        if n != name:
-            continue
-        if engine_type is not None and labels.get("engine_type", engine_type) != engine_type:
-            continue
-        if name.endswith("cached_tokens_total") and labels.get("cache_source", "total") != "total":
-            continue
-        if any(labels.get(k) != v for k, v in match.items()):
-            continue
-        total += value
-    return total
+    """Sum of a counter over label sets (sglang_metrics.counter_sum: cached_tokens_total over every cache_source)."""
+    return sglang_metrics.counter_sum(samples, name, engine_type, **match)
 
 
 def server_cache_hit(before, after, engine_type):
@@ -323,9 +314,15 @@ def router_policy(router_args, mode):
     return "cache_aware"   # the router's default (facts 1.5)
 
 
+# environment names that hold secrets: never in the client's spec (OPENAI_API_KEY / API_KEY are bench_serving's)
+SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL")
+FLUSH_DEFAULTS = {"timeout_s": 10.0, "attempts": 6, "pause_s": 5.0}
+
+
 def plan_run(plan, seed, scale, client_python, tokenizer, outdir, tag, base_url=None, extra_args=(), sample_s=2.0,
-             client_env=None):
-    """Everything the client host needs: shape, bench argv, env, workers to flush/scrape, cache engine type."""
+             client_env=None, flush=None):
+    """Everything the client host needs: shape, bench argv, env, workers to flush/scrape, cache engine type.
+    The spec (spec.json on the client host) holds no secret: the API key goes to the client on its stdin."""
     mode = plan.get("mode") or "regular"
     cache_role = "prefill" if mode == "pd" else "worker"
     instances = plan.get("instances") or []
@@ -336,10 +333,23 @@ def plan_run(plan, seed, scale, client_python, tokenizer, outdir, tag, base_url=
     extra = list(extra_args)
     if policy in ("manual", "consistent_hashing") and "--gsp-send-routing-key" not in extra:
         extra.append("--gsp-send-routing-key")
-    argv = bench_argv(client_python, shape, base_url or plan["router"]["url"], plan["served_model_name"], tokenizer,
+    router_url = base_url or plan["router"]["url"]
+    argv = bench_argv(client_python, shape, router_url, plan["served_model_name"], tokenizer,
                       outdir + "/bench.jsonl", tag, extra=extra)
+    fl = dict(FLUSH_DEFAULTS)
+    fl.update({k: v for k, v in (flush or {}).items() if v is not None})
+    if set(fl) - set(FLUSH_DEFAULTS):
+        raise ValueError("flush: unknown key(s) %s (known: %s)" % (
+            ", ".join(sorted(set(fl) - set(FLUSH_DEFAULTS))), ", ".join(sorted(FLUSH_DEFAULTS))))
+    if int(fl["attempts"]) < 1 or float(fl["timeout_s"]) < 0 or float(fl["pause_s"]) < 0:
+        raise ValueError("flush: attempts must be >= 1, timeout_s and pause_s >= 0 (got %r)" % (fl,))
     workers = [{"id": i["id"], "url": i["url"], "role": i["role"], "host": i["host"],
                 "ib_devices": list(i.get("ib_devices") or [])} for i in instances]
+    secret = sorted(k for k in (client_env or {}) if any(w in k.upper() for w in SECRET_WORDS))
+    if secret:
+        raise ValueError("client_env %s: a secret would be written to spec.json on the client host; the API key "
+                         "reaches the client on its stdin (sglang_api_key), nothing else secret is needed"
+                         % ", ".join(secret))
     env = dict(BENCH_ENV)
     env.update(client_env or {})
     # GSP caches its generated prompts under ~/.cache/sglang/benchmark (the key ignores the tokenizer path): one home
@@ -347,8 +357,8 @@ def plan_run(plan, seed, scale, client_python, tokenizer, outdir, tag, base_url=
     env["HOME"] = outdir.rstrip("/").rsplit("/", 1)[0] + "/.client-home"
     return {"shape": shape, "argv": argv, "env": env, "workers": workers, "policy": policy, "mode": mode,
             "engine_type": "prefill" if mode == "pd" else "unified",
-            "spec": {"outdir": outdir, "argv": argv, "env": env, "workers": workers,
-                     "total": shape["num_requests"], "sample_s": sample_s}}
+            "spec": {"outdir": outdir, "argv": argv, "env": env, "workers": workers, "router_url": router_url,
+                     "total": shape["num_requests"], "sample_s": sample_s, "flush": fl}}
 
 
 def _counter_series(samples, key, urls):

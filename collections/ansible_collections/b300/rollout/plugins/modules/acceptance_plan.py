@@ -10,7 +10,8 @@ short_description: Plan a go-live acceptance run of an SGLang profile (shape, cl
 description:
   - Computes the generated-shared-prefix shape (system-prompt and question lengths) that reaches the seed's target
     prefix-cache hit rate under the router's policy, scaled by O(scale), and the C(python -m sglang.bench_serving)
-    command line (native C(sglang) backend, local tokenizer, hub off, C(--flush-cache), C(--cache-report)).
+    command line (native C(sglang) backend, local tokenizer, hub off, C(--cache-report), C(--warmup-requests 0), no
+    C(--flush-cache) because the client flushes every worker itself, with retries).
   - Pure computation; logic in module_utils/acceptance.py. Supports check mode.
 version_added: "1.0.0"
 author: b300-rollout maintainers (@b300-rollout)
@@ -65,7 +66,16 @@ options:
     type: float
     default: 2.0
   client_env:
-    description: Extra environment of the client.
+    description:
+      - Extra environment of the client. No secret (a name with KEY, TOKEN, SECRET, PASSWORD, PASSWD or CREDENTIAL
+        is refused) since this lands in spec.json; the API key reaches the client on its stdin.
+    type: dict
+    default: {}
+  flush:
+    description:
+      - "How the client flushes every worker's prefix cache before the run: C(timeout_s) (C(POST
+        /flush_cache?timeout=...): the server waits that long for an idle scheduler), C(attempts) (tries before the
+        run stops, naming the worker) and C(pause_s) (between tries). Missing keys: 10, 6 and 5."
     type: dict
     default: {}
 """
@@ -84,7 +94,9 @@ EXAMPLES = r"""
 
 RETURN = r"""
 run_plan:
-  description: Shape, argv, env, workers, policy, mode, engine_type and the client spec (acceptance_client.py).
+  description: >-
+    Shape, argv, env, workers, policy, mode, engine_type and the client spec (acceptance_client.py: outdir, argv,
+    env, workers, router_url, total, sample_s, flush); no secret.
   returned: always
   type: dict
 """
@@ -101,12 +113,13 @@ def main():
         "tag": {"type": "str", "required": True}, "base_url": {"type": "str"},
         "extra_args": {"type": "list", "elements": "str", "default": []},
         "sample_s": {"type": "float", "default": 2.0},
-        "client_env": {"type": "dict", "default": {}}}, supports_check_mode=True)
+        "client_env": {"type": "dict", "default": {}},
+        "flush": {"type": "dict", "default": {}}}, supports_check_mode=True)
     p = module.params
     try:
         run_plan = acceptance.plan_run(p["plan"], p["seed"], p["scale"], p["client_python"], p["tokenizer"],
                                        p["outdir"], p["tag"], p["base_url"], p["extra_args"], p["sample_s"],
-                                       p["client_env"])
+                                       p["client_env"], p["flush"])
     except (ValueError, KeyError, TypeError) as exc:
         module.fail_json(msg="acceptance plan: %s" % exc)
     module.exit_json(changed=False, run_plan=run_plan)
