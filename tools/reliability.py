@@ -264,6 +264,8 @@ def window(records, t_from, t_to):
             key = "%s (%s)" % (r["worker"], r.get("worker_version"))
             workers[key] = workers.get(key, 0) + 1
     return {"sent": len(rs), "failed": sum(1 for r in rs if not r["ok"]), "errors": errors,
+            # answered with reasoning_content only (a reasoning model still thinking): answers, counted by loadgen
+            "answers_in_reasoning_content": sum(1 for r in rs if r.get("answer_in") == "reasoning_content"),
             "p50_s": loadgen._r(loadgen.percentile(lat, 50)), "p99_s": loadgen._r(loadgen.percentile(lat, 99)),
             "max_s": loadgen._r(max(lat) if lat else None), "workers": workers}
 

@@ -7,6 +7,9 @@ roles rely on, produced by sglang's own code (tests/parser/test_roles_contract.p
   the CUDA stack; the same three values) and runtime_context.get_lora (needs a published server config; LoRA off).
 - env: the defaults of the environment variables the profiles override or rely on (srt/environ.py).
 - auth: decide_request_auth for the paths the roles call with and without the key (srt/utils/auth.py).
+- chat: a short (max_tokens-truncated) answer of each profile's reasoning parser (glm45, kimi_k3) split by the REAL
+  ReasoningParser and serialized with the REAL protocol classes the way serving_chat.py builds them (non-stream:
+  content=text or "", reasoning_content=reasoning or None; stream: a delta with reasoning_content).
 """
 import enum
 import json
@@ -32,6 +35,10 @@ sys.modules["sglang.srt.disaggregation.utils"] = _utils
 from sglang.srt.managers.scheduler_components import load_inquirer  # noqa: E402
 from sglang.srt.environ import envs  # noqa: E402
 from sglang.srt.utils.auth import AuthLevel, decide_request_auth  # noqa: E402
+from sglang.srt.parser.reasoning_parser import ReasoningParser  # noqa: E402
+from sglang.srt.entrypoints.openai.protocol import (  # noqa: E402
+    ChatCompletionResponse, ChatCompletionResponseChoice, ChatCompletionResponseStreamChoice,
+    ChatCompletionStreamResponse, ChatMessage, DeltaMessage, UsageInfo)
 import sglang  # noqa: E402
 
 load_inquirer.get_lora = lambda: NS(enable_lora=False)
@@ -96,6 +103,22 @@ def auth(path, header, key="K"):
     return {"allowed": d.allowed, "status": None if d.allowed else d.error_status_code}
 
 
+# model output cut at max_tokens: Kimi-K3 starts in reasoning mode without a tag; GLM opens <think>
+SHORT = {"kimi_k3": "The user wants a greeting in five words. Let me", "glm45": "<think>The user wants a greeting"}
+
+
+def chat(parser):
+    reasoning, text = ReasoningParser(parser).parse_non_stream(SHORT[parser])
+    full = ChatCompletionResponse(id="r", model="m", choices=[ChatCompletionResponseChoice(
+        index=0, message=ChatMessage(role="assistant", content=text if text else "",
+                                     reasoning_content=reasoning if reasoning else None),
+        finish_reason="length")], usage=UsageInfo(prompt_tokens=9, completion_tokens=16, total_tokens=25))
+    chunk = ChatCompletionStreamResponse(id="r", model="m", choices=[ChatCompletionResponseStreamChoice(
+        index=0, delta=DeltaMessage(reasoning_content=reasoning), finish_reason=None)])
+    return {"content": text, "reasoning": reasoning, "json": full.model_dump_json(),
+            "sse": "data: %s\n\ndata: [DONE]\n\n" % chunk.model_dump_json()}
+
+
 print(json.dumps({
     "version": sglang.__version__,
     "loads": {c: body(c) for c in CASES},
@@ -105,4 +128,5 @@ print(json.dumps({
             "SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION": envs.SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION.get()},
     "auth": {"/v1/loads no key": auth("/v1/loads", None), "/v1/loads key": auth("/v1/loads", "Bearer K"),
              "/v1/loads wrong key": auth("/v1/loads", "Bearer X"), "/health no key": auth("/health", None)},
+    "chat": {p: chat(p) for p in SHORT},
 }))

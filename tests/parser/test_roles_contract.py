@@ -19,6 +19,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 BUILD = ROOT / "tools" / "sglang_argcheck" / "build_venv.sh"
 PROBE = pathlib.Path(__file__).resolve().parent / "roles_contract_probe.py"
 sys.path.insert(0, str(ROOT / "roles" / "sglang" / "files"))
+sys.path.insert(0, str(ROOT / "tools"))
+import loadgen  # noqa: E402
 import sglang_probe as sp  # noqa: E402
 
 pytestmark = pytest.mark.real_parser
@@ -86,3 +88,14 @@ def test_v1_loads_needs_the_key_and_health_does_not(real):
                             "/v1/loads key": {"allowed": True, "status": None},
                             "/v1/loads wrong key": {"allowed": False, "status": 401},
                             "/health no key": {"allowed": True, "status": None}}
+
+
+@pytest.mark.parametrize("parser", ["glm45", "kimi_k3"])
+def test_a_short_reasoning_answer_is_an_answer(real, parser):
+    """A 16-token answer of a reasoning model is all think block: content "" and the text in reasoning_content
+    (real ReasoningParser + protocol classes). loadgen (and tools/reliability.py through it) count it as answered."""
+    c = real["chat"][parser]
+    assert c["content"] == "" and c["reasoning"]
+    assert loadgen.extract_answer(c["json"], False) == ("", c["reasoning"])
+    assert loadgen.extract_text(c["json"], False) == c["reasoning"]
+    assert loadgen.extract_text(c["sse"], True) == c["reasoning"]
