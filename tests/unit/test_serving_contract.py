@@ -18,7 +18,7 @@ WARMUP_DEFAULT = {"regular": 600, "pd": 1800}        # http_server.py 17:2281/22
 HEALTH_CHECK_TIMEOUT = 20                            # http_server.py:192 SGLANG_HEALTH_CHECK_TIMEOUT
 HEALTH_POLL = 1                                      # the /health handler sleeps 1 s per loop
 DRAIN_STEP, SHUTDOWN_WAIT = 5, 15                    # tokenizer_manager.sigterm_watchdog
-ROUTER_POOL_IDLE = 50                                # sgl-model-gateway reqwest pool_idle_timeout
+ROUTER_POOL_IDLE = 180     # router 0.3.2 idle pooled connections: closed after 87-97 s and 177 s (tools/router_pool_idle.py)
 COLD_LOAD_BUDGET = 1800                              # weights + graphs before the warm-up (defaults comment)
 
 
