@@ -11,8 +11,10 @@ Target guard: the URL's host must be loopback (127.0.0.0/8, ::1, localhost) or a
 traffic is sent.
 
 Each request becomes one JSON line: seq, t_start / t_end (seconds since the run started), latency_s, status (HTTP
-code, or null on a connection error / timeout), ok, error, worker / worker_mode / worker_version (parsed from the
-sglang-stub answer "stub <model> on <host:port> (sglang <ver>, <mode>)"; null for a real model's answer).
+code, or null on a connection error / timeout), ok, error, answer_in ("content", or "reasoning_content" when a
+reasoning model answered only with its think block, which counts as an answer), worker / worker_mode /
+worker_version (parsed from the sglang-stub answer "stub <model> on <host:port> (sglang <ver>, <mode>)"; null for a
+real model's answer).
 The summary holds sent, ok, failed, errors by kind, latency p50/p95/p99 (of ok requests), per-worker counts and
 per-window stats (--window seconds). Exit status: 0, or 1 with --fail-on-error when any request failed (or more than
 --max-failures), 2 for a refused target or bad arguments. Standard library only.
@@ -101,12 +103,18 @@ def parse_answer(text):
     return {"worker": m.group("worker"), "worker_mode": m.group("mode"), "worker_version": m.group("version")}
 
 
-def extract_text(body, stream):
-    """Answer text from a chat completion (JSON) or its SSE stream."""
+def extract_answer(body, stream):
+    """(content, reasoning_content) of a chat completion (JSON) or its SSE stream.
+
+    A reasoning model (SGLang --reasoning-parser glm45 / kimi_k3) puts the think block in `reasoning_content` and keeps
+    `content` "" until the block closes (srt/entrypoints/openai/serving_chat.py 17:1836-1843 / 18:1862-1869; streamed
+    as delta.reasoning_content, 17:711-718 / 18:719-726); Kimi-K3's parser starts in reasoning mode
+    (srt/parser/reasoning_parser.py KimiK3Detector force_reasoning=True). A short answer (max_tokens 16) is then all
+    reasoning: it is an answer, not an empty one."""
     if not stream:
-        data = json.loads(body)
-        return data["choices"][0]["message"]["content"] or ""
-    out = []
+        msg = json.loads(body)["choices"][0]["message"]
+        return msg.get("content") or "", msg.get("reasoning_content") or ""
+    content, reasoning = [], []
     for line in body.splitlines():
         if not line.startswith("data: ") or line.strip() == "data: [DONE]":
             continue
@@ -115,8 +123,16 @@ def extract_text(body, stream):
         except ValueError:
             continue
         for ch in ev.get("choices") or []:
-            out.append((ch.get("delta") or {}).get("content") or "")
-    return "".join(out)
+            delta = ch.get("delta") or {}
+            content.append(delta.get("content") or "")
+            reasoning.append(delta.get("reasoning_content") or "")
+    return "".join(content), "".join(reasoning)
+
+
+def extract_text(body, stream):
+    """The answer's text: its content, or the reasoning when the content is still empty (see extract_answer)."""
+    content, reasoning = extract_answer(body, stream)
+    return content or reasoning
 
 
 def percentile(values, q):
@@ -161,6 +177,7 @@ def summarize(records, window_s=1.0, bounds=None):
                             "p50_s": _r(percentile(wl, 50)), "max_s": _r(max(wl) if wl else None), "workers": ww})
     ok = sum(1 for r in records if r["ok"])
     return {"sent": len(records), "ok": ok, "failed": len(records) - ok, "errors": errors,
+            "answers_in_reasoning_content": sum(1 for r in records if r.get("answer_in") == "reasoning_content"),
             "latency_s": {"p50": _r(percentile(lat, 50)), "p95": _r(percentile(lat, 95)),
                           "p99": _r(percentile(lat, 99)), "max": _r(max(lat) if lat else None)},
             "workers": workers, "window_s": window_s, "windows": windows, "bounds": bounds or {}}
@@ -182,10 +199,12 @@ def one_request(url, seq, t0, timeout, stream, model, prompt, headers):
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             raw = resp.read().decode(errors="replace")
             rec["status"] = resp.status
-        text = extract_text(raw, stream)
+        content, reasoning = extract_answer(raw, stream)
+        text = content or reasoning
+        rec["answer_in"] = "content" if content else ("reasoning_content" if reasoning else None)
         rec["ok"] = 200 <= rec["status"] < 300 and bool(text)
         if not rec["ok"]:
-            rec["error"] = "empty answer"
+            rec["error"] = "empty answer (no content, no reasoning_content)"
     except urllib.error.HTTPError as exc:
         rec["status"] = exc.code
         rec["error"] = "HTTP %d: %s" % (exc.code, exc.read()[:200].decode(errors="replace"))

@@ -31,6 +31,10 @@ Scenarios (per profile):
   rerun        sglang_deploy.yml (the site.yml SGLang part) with a changed flag (sglang_server_extra_args
                {"--log-level": "warning"}) under load, then back: sglang_restart_strategy=rolling must restart every
                instance one at a time behind the router with 0 failed requests.
+  key          API key added to the serving fleet (sglang_deploy.yml with sglang_api_key from a temporary 0600 vars
+               file, default rolling strategy: the router restarts first with the key, then each worker rolls), then
+               removed (workers first, then the router). The load sends the key from the start (a key-less router
+               and key-less workers ignore it). The router's own restart is the one step that is not rolled.
 
 Everything is bounded (load: --max-requests / --max-load-s per scenario, playbooks: --playbook-timeout-s). Output:
 artifacts/reliability/<timestamp>.json (+ playbook logs and per-request JSON lines in artifacts/reliability/<timestamp>/)
@@ -65,7 +69,7 @@ ROLE_ORDER = ("prefill", "decode", "worker")          # module_utils/sglang_plan
 ROLLING_ORDER = ("decode", "prefill", "worker")       # playbooks/rolling_restart.yml restarts in this order
 # version to switch to per profile (both pairs are in roles/sglang/vars/compat.yml with router 0.3.2)
 OTHER_VERSION = {"kimi_k3": "0.5.17", "glm52_pd": "0.5.18"}
-ALL_SCENARIOS = ("rolling", "version", "kill", "unhealthy", "unreachable", "rerun")
+ALL_SCENARIOS = ("rolling", "version", "kill", "unhealthy", "unreachable", "rerun", "key")
 
 
 def env():
@@ -264,6 +268,8 @@ def window(records, t_from, t_to):
             key = "%s (%s)" % (r["worker"], r.get("worker_version"))
             workers[key] = workers.get(key, 0) + 1
     return {"sent": len(rs), "failed": sum(1 for r in rs if not r["ok"]), "errors": errors,
+            # answered with reasoning_content only (a reasoning model still thinking): answers, counted by loadgen
+            "answers_in_reasoning_content": sum(1 for r in rs if r.get("answer_in") == "reasoning_content"),
             "p50_s": loadgen._r(loadgen.percentile(lat, 50)), "p99_s": loadgen._r(loadgen.percentile(lat, 99)),
             "max_s": loadgen._r(max(lat) if lat else None), "workers": workers}
 
@@ -337,7 +343,7 @@ class Bench:
         self.run = Runner(outdir, opts.playbook_timeout_s, not opts.quiet, opts.router_flags)
         self.log = self.run.log
 
-    def loaded(self, layout, name, action):
+    def loaded(self, layout, name, action, api_key=None):
         """Baseline window, action under load, tail; returns the scenario record (action returns a dict)."""
         wait_fleet_idle(self.o.wait_idle_s, self.log)
         if self.o.reset_start_limit:
@@ -347,7 +353,7 @@ class Bench:
             # (--no-reset-start-limit reproduces the failure).
             for inst in layout["instances"]:
                 sh(inst["host"], "systemctl reset-failed %s" % inst["unit"], check=False)
-        load = Load(layout["router_url"], self.o.concurrency, self.o.max_requests, self.o.max_load_s,
+        load = Load(layout["router_url"], self.o.concurrency, self.o.max_requests, self.o.max_load_s, api_key=api_key,
                     jsonl=self.outdir / ("%s-%s.jsonl" % (layout["profile"], name))).start()
         time.sleep(self.o.baseline_s)
         t1 = load.now()
@@ -460,6 +466,40 @@ class Bench:
             out.append(rec)
             if not rec["pass"]:
                 break
+        return out
+
+    def s_key(self, layout):
+        """API key added to the serving fleet, then removed, under load (tasks/router_key.yml orders: add = router first,
+        remove = workers first; every worker restart rolls behind the router)."""
+        out = []
+        key = "rel-%s" % os.urandom(12).hex()           # a throw-away sandbox key, never printed or written to artifacts
+        tmp = pathlib.Path(tempfile.mkdtemp(prefix="reliability-key-"))
+        try:
+            kv = tmp / "key.yml"
+            kv.touch(mode=0o600)
+            kv.write_text(yaml.safe_dump({"sglang_api_key": key}))
+            for name, extra in (("key_add", ["-e", "@%s" % kv]), ("key_remove", [])):
+                before = {i["id"]: main_pid(i) for i in layout["instances"]}
+
+                def action(_load, extra=extra, name=name):
+                    res, out_text = self.run.playbook("%s-%s" % (name, layout["profile"]), "playbooks/sglang_deploy.yml",
+                                                      layout["profile"], *extra, *self.fast_health())
+                    change = re.search(r"API key on the serving fleet: (\w+)", out_text)
+                    return {"playbooks": [res], "key_change": change.group(1) if change else None,
+                            "key_in_log": key in out_text}
+                rec = self.loaded(layout, name, action, api_key=key)
+                after = {i["id"]: main_pid(i) for i in layout["instances"]}
+                rec["restarted"] = sorted(k for k in before if before[k] != after[k] and after[k])
+                rec["expect"] = ("deploy rc 0, key change '%s', every worker restarted one at a time, the key in no "
+                                 "log, 0 failed requests" % ("add" if name == "key_add" else "remove"))
+                rec["pass"] = (rec["playbooks"][0]["rc"] == 0 and not rec["key_in_log"] and rec["failed"] == 0
+                               and rec["key_change"] == ("add" if name == "key_add" else "remove")
+                               and len(rec["restarted"]) == len(before))
+                out.append(rec)        # no break: the removal runs even after a failed add (fleet back to no key)
+        finally:
+            for f in tmp.iterdir():
+                f.unlink()
+            tmp.rmdir()
         return out
 
     def s_version(self, layout):

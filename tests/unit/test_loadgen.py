@@ -114,6 +114,50 @@ def test_parse_answer_and_stream_text():
     assert loadgen.extract_text(sse, True) == "stub M on h:1 (sglang 0.5.17, decode)"
 
 
+def test_reasoning_only_answers_count_as_answers():
+    """SGLang with a reasoning parser answers a short chat with content "" and the text in reasoning_content
+    (serving_chat.py 17:1836-1843); tests/parser/test_roles_contract.py builds these with the real classes."""
+    full = json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": "",
+                                                             "reasoning_content": "The user wants", "tool_calls": None},
+                                    "finish_reason": "length"}]})
+    assert loadgen.extract_answer(full, False) == ("", "The user wants")
+    assert loadgen.extract_text(full, False) == "The user wants"
+    both = json.dumps({"choices": [{"message": {"content": "Hello!", "reasoning_content": "think"}}]})
+    assert loadgen.extract_text(both, False) == "Hello!"
+    sse = ('data: {"choices":[{"delta":{"role":"assistant","content":null,"reasoning_content":"The user"}}]}\n\n'
+           'data: {"choices":[{"delta":{"content":null,"reasoning_content":" wants"}}]}\n\ndata: [DONE]\n\n')
+    assert loadgen.extract_answer(sse, True) == ("", "The user wants")
+    empty = json.dumps({"choices": [{"message": {"content": "", "reasoning_content": None}}]})
+    assert loadgen.extract_text(empty, False) == ""
+
+
+def test_one_request_records_where_the_answer_was(monkeypatch):
+    bodies = [json.dumps({"choices": [{"message": {"content": "", "reasoning_content": "hmm"}}]}),
+              json.dumps({"choices": [{"message": {"content": "", "reasoning_content": None}}]})]
+
+    class Resp:
+        status = 200
+
+        def __init__(self, b):
+            self.b = b
+
+        def read(self):
+            return self.b.encode()
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *a):
+            return False
+    monkeypatch.setattr(loadgen.urllib.request, "urlopen", lambda req, timeout: Resp(bodies.pop(0)))
+    rec = loadgen.one_request("http://127.0.0.1:1", 0, time.monotonic(), 5, False, "m", "p", {})
+    assert rec["ok"] and rec["answer_in"] == "reasoning_content" and rec["error"] is None
+    rec = loadgen.one_request("http://127.0.0.1:1", 1, time.monotonic(), 5, False, "m", "p", {})
+    assert not rec["ok"] and rec["answer_in"] is None and rec["error"].startswith("empty answer")
+    assert loadgen.summarize([dict(rec, ok=True, answer_in="reasoning_content", latency_s=0.1)])[
+        "answers_in_reasoning_content"] == 1
+
+
 # ------------------------------------------------------------------------------------------------ runs
 class _Fake(BaseHTTPRequestHandler):
     delay = 0.0
