@@ -109,8 +109,7 @@ class Sampler:
     def _reader(self, proc):
         rounds = hh.DmonRounds(clock=self.clock)
         for line in proc.stdout:
-            r = rounds.feed(line)
-            if r:
+            for r in rounds.feed(line):
                 self.q.put(("round", r))
         r = rounds.flush()
         if r:

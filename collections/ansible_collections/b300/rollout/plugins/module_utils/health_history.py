@@ -128,35 +128,34 @@ class DmonRounds:
         self.clock = clock
 
     def feed(self, line):
-        """Returns a completed round (t, {"<idx>": record}) or None."""
+        """Returns the rounds this line completed: [] or [(t, {"<idx>": record}), ...] (at most two)."""
         s = line.strip()
         if not s:
-            return None
+            return []
         if s.startswith("#"):
             toks = s.lstrip("#").split()
             if "gpu" in [t.lower() for t in toks[:3]]:
                 self.header = s
             else:
                 self.units = s
-            return None
+            return []
         if self.header is None:
             self.malformed += 1
-            return None
+            return []
         parsed = thermal.parse_dmon(self.header + "\n" + s + "\n")
         if not parsed["samples"]:
             self.malformed += 1
-            return None
+            return []
         sample = parsed["samples"][0]
         idx = str(sample["index"])
-        done = None
+        done = []
         if idx in self.current:
-            done = self._close()
+            done.append(self._close())
         if not self.current:
             self.started = self.clock()
         self.current[idx] = gpu_record(sample)
         if self.expected and len(self.current) >= self.expected:
-            done2 = self._close()
-            return done or done2
+            done.append(self._close())
         return done
 
     def _close(self):
@@ -337,7 +336,7 @@ class HistoryWriter:
     def prune(self):
         """Delete the oldest rotated files until at most max_files files (current included) remain."""
         rot = rotated_files(self.dir)
-        keep = self.max_files - (1 if os.path.exists(self.path) else 0)
+        keep = self.max_files - 1  # the current file exists, or will after the write that follows a rotation
         removed = []
         while len(rot) > max(keep, 0):
             _e, p = rot.pop(0)
