@@ -39,13 +39,14 @@ DEFAULTS = {
     "nvidia_smi": "nvidia-smi",
     "dmon_groups": hh.DMON_GROUPS,
     "sysfs_root": "/sys",
-    "nics": [],                       # [] = every device under <sysfs_root>/class/infiniband
+    "nics": None,                     # None = every device under <sysfs_root>/class/infiniband; a list = exactly those
     "max_file_bytes": 16 * 1024 * 1024,
     "max_files": 16,
     "textfile_dir": "",               # "" = no node_exporter textfile
     "textfile_name": "b300_health_history.prom",
     "textfile_port_counters": list(hh.DEFAULT_TEXTFILE_PORT_COUNTERS),
     "host": None,
+    "expected_gpus": None,            # GPU count (closes the first dmon round at once instead of one interval later)
 }
 BACKOFF_MIN_S, BACKOFF_MAX_S = 5.0, 300.0
 
@@ -95,7 +96,7 @@ class Sampler:
         self.iv = int(cfg["interval_s"])
         self.writer = hh.HistoryWriter(cfg["dir"], cfg["max_file_bytes"], cfg["max_files"], clock=clock)
         self.recorder = hh.Recorder(self.writer, self.iv)
-        self.nics = list(cfg["nics"]) or hh.ib_devices(cfg["sysfs_root"])
+        self.nics = hh.ib_devices(cfg["sysfs_root"]) if cfg["nics"] is None else list(cfg["nics"])
         self.stop = threading.Event()
         self.proc = None
         self.q = queue.Queue()
@@ -107,7 +108,7 @@ class Sampler:
         return hh.dmon_argv(self.cfg["nvidia_smi"], self.iv, self.cfg["dmon_groups"], count)
 
     def _reader(self, proc):
-        rounds = hh.DmonRounds(clock=self.clock)
+        rounds = hh.DmonRounds(clock=self.clock, expected=self.cfg.get("expected_gpus"))
         for line in proc.stdout:
             for r in rounds.feed(line):
                 self.q.put(("round", r))
@@ -242,7 +243,7 @@ def main(argv=None):
     ap.add_argument("--interval", type=int, help="seconds between samples (default %d)" % DEFAULTS["interval_s"])
     ap.add_argument("--nvidia-smi", dest="nvidia_smi", help="nvidia-smi executable (default: from PATH)")
     ap.add_argument("--sysfs-root", dest="sysfs_root", help="sysfs root (default /sys)")
-    ap.add_argument("--nics", help="comma-separated RDMA devices (default: every one under class/infiniband)")
+    ap.add_argument("--nics", help="comma-separated RDMA devices, '' for none (default: every one under class/infiniband)")
     ap.add_argument("--dmon-groups", dest="dmon_groups", help="dmon -s groups (default %s)" % DEFAULTS["dmon_groups"])
     ap.add_argument("--max-file-mb", dest="max_file_mb", type=float, help="size cap per file, MiB (default 16)")
     ap.add_argument("--max-files", dest="max_files", type=int, help="file count cap, current included (default 16)")

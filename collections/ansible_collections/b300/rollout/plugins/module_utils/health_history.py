@@ -113,17 +113,17 @@ def gpu_round(dmon_text):
 class DmonRounds:
     """Feed dmon output line by line; complete rounds (all GPUs of one sampling instant) come out.
 
-    A round ends when a GPU index repeats (the next round started) or, once the GPU count is known from a previous
-    round, when that many GPUs are in. Header lines (`# gpu ...`, `# Idx ...`) are remembered and repeat every screenful.
+    A round ends when a GPU index repeats (the next round started) or, once the GPU count is known (given, or from a
+    previous round), when that many GPUs are in. Header lines (`# gpu ...`, `# Idx ...`) are remembered and repeat every screenful.
     Each line is parsed by thermal.parse_dmon (the thermal soak's parser), so both read dmon the same way.
     """
 
-    def __init__(self, clock=time.time):
+    def __init__(self, clock=time.time, expected=None):
         self.header = None
         self.units = None
         self.current = {}
         self.started = None
-        self.expected = None
+        self.expected = int(expected) if expected else None  # GPU count, when known before the first round
         self.malformed = 0
         self.clock = clock
 
