@@ -94,6 +94,13 @@ def test_round_closes_as_soon_as_all_known_gpus_are_in():
     assert r.flush() is None
 
 
+def test_known_gpu_count_closes_the_first_round_at_once():
+    """The service knows the GPU count from its preflight: the first sample is written without waiting an interval."""
+    r = hh.DmonRounds(clock=lambda: 5.0, expected=2)
+    done = [d for x in "# gpu pwr gtemp\n0 10 30\n1 11 31\n".splitlines() for d in r.feed(x)]
+    assert done == [(5.0, {"0": {"pwr": 10, "temp": 30}, "1": {"pwr": 11, "temp": 31}})]
+
+
 def test_gpu_round_keeps_the_last_sample_of_each_gpu():
     rnd, parsed = hh.gpu_round((REAL / "nvidia-h200x2-vm" / "dmon-s.txt").read_text())
     assert sorted(rnd) == ["0", "1"] and parsed["malformed"] == 0
