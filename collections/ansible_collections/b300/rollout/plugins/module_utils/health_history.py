@@ -410,7 +410,7 @@ def _esc(v):
 
 
 def _split_nic(key):
-    dev, _, port = key.partition(":")
+    dev, _sep, port = key.partition(":")
     return dev, port or "1"
 
 
@@ -535,7 +535,7 @@ def _downsample(points, max_points):
     """points: [(t, rec)] sorted. Buckets of equal time span; per bucket: the mean time, max temperatures, min clock,
     max power (extremes survive the reduction)."""
     if len(points) <= max_points:
-        return [(t, r) for t, r in points]
+        return list(points)
     t0, t1 = points[0][0], points[-1][0]
     width = (t1 - t0) / float(max_points) or 1.0
     buckets = {}

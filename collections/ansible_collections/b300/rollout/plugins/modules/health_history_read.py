@@ -16,8 +16,8 @@ description:
   - Hot - a sample above O(hot_temp_c) (default 90 C, the thermal soak's ceiling; the seed's B300s throttled at
     96 C), or any thermal violation (dmon C(tviol)), which DCGM fails a diagnostic on
     (C(../shared/reference/oncall-triage-anchors.md) R12).
-  - Reads only. When the directory or samples in the window are missing the result says so (O(available) false,
-    C(reason)); the module does not fail for that, so a triage can go on with its other checks.
+  - Reads only. When the directory or samples in the window are missing the result says so (RV(available) false,
+    RV(reason)); the module does not fail for that, so a triage can go on with its other checks.
 version_added: "0.1.0"
 author: b300-rollout maintainers (@b300-rollout)
 extends_documentation_fragment:
