@@ -99,6 +99,8 @@ def test_runs_unprivileged_and_hardened(installed):
         # in the unit's mount namespace / is read-only and only the history (and textfile) directory is writable
         mounts = sb.exec(h, "awk '{print $5, substr($6, 1, 2)}' /proc/%s/mountinfo" % pids).stdout.splitlines()
         assert "/ ro" in mounts and "%s rw" % DIR in mounts, mounts
+        verify = sb.exec(h, "systemd-analyze verify /etc/systemd/system/%s 2>&1; echo rc=$?" % UNIT).stdout.strip()
+        assert verify == "rc=0", verify
         sec = sb.exec(h, "systemd-analyze security --no-pager %s | tail -1" % UNIT, check=False)
         print("%s: %s" % (h, (sec.stdout or sec.stderr).strip()))
 
