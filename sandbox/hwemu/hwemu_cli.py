@@ -733,6 +733,36 @@ def add_traffic_counters(tree):
                 os.chmod(os.path.join(cdir, name), 0o666)
 
 
+# IB port error counters (ports/<p>/counters/) and RDMA transport counters (ports/<p>/hw_counters/): the names the
+# on-call reference lists (../shared/reference/oncall-triage-anchors.md R4, R5; gpud class/types.go). Used by the
+# health_history sampler's sandbox test, which bumps one to see the delta charged to that NIC.
+IB_ERROR_COUNTERS = ("link_downed", "link_error_recovery", "symbol_error", "port_rcv_errors",
+                     "port_rcv_remote_physical_errors", "local_link_integrity_errors", "excessive_buffer_overrun_errors",
+                     "port_xmit_discards", "port_rcv_switch_relay_errors", "VL15_dropped", "port_xmit_wait")
+RDMA_HW_COUNTERS = ("local_ack_timeout_err", "packet_seq_err", "out_of_sequence", "implied_nak_seq_err",
+                    "rnr_nak_retry_err", "req_cqe_error", "req_cqe_flush_error", "resp_cqe_error",
+                    "req_remote_access_errors", "resp_remote_access_errors", "out_of_buffer", "duplicate_request")
+
+
+def add_error_counters(tree):
+    """Every counter above = 0 on every emulated HCA port, unless the tree already has that file (a scenario's value
+    wins). Mode 0644: root (a test) may change them, the sampler's unprivileged user reads them. Not part of the
+    rendered fixtures."""
+    ib = os.path.join(tree, "class", "infiniband")
+    for dev in sorted(os.listdir(ib)) if os.path.isdir(ib) else []:
+        ports = os.path.join(ib, dev, "ports")
+        for port in sorted(os.listdir(ports)) if os.path.isdir(ports) else []:
+            for sub, names in (("counters", IB_ERROR_COUNTERS), ("hw_counters", RDMA_HW_COUNTERS)):
+                cdir = os.path.join(ports, port, sub)
+                os.makedirs(cdir, exist_ok=True)
+                for name in names:
+                    path = os.path.join(cdir, name)
+                    if not os.path.exists(path):
+                        with open(path, "w") as fh:
+                            fh.write("0\n")
+                        os.chmod(path, 0o644)
+
+
 def set_scenario(name, root=None):
     root = root or root_dir()
     if name not in scenarios.ALL:
@@ -753,6 +783,7 @@ def set_scenario(name, root=None):
         st = model.build_state(name, os.environ.get("HWEMU_HOSTNAME") or hostname())
         model.build_sys_tree(st, tmp)
         add_traffic_counters(tmp)
+        add_error_counters(tmp)
     import shutil
     if os.path.isdir(tree):
         shutil.rmtree(tree)

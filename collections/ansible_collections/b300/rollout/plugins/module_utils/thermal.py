@@ -551,7 +551,8 @@ def parse_dmon(text, interval_s=1.0):
     Returns {"samples": [...], "malformed": n, "fields": [columns], "headers": n, "t_synthetic": bool}. Each sample has
     index, t, temp_c, sm_mhz, mem_mhz, power_w, util_pct, reasons (set of thermal_violation/power_violation when -s v
     was sampled, else None), mem_temp_c, mem_util_pct, util_column (False when dmon ran without -s u: analyse_gpu then
-    counts every sample as loaded) and extra (other columns, by dmon name).
+    counts every sample as loaded), pviol_pct / tviol (the raw violation values, when -s v was sampled) and extra
+    (other columns, by dmon name).
     """
     columns, samples, malformed, headers = None, [], 0, 0
     synthetic = None
@@ -590,6 +591,7 @@ def parse_dmon(text, interval_s=1.0):
                 continue
             num = None if val.strip() == "-" else parse_number(val)
             if key in ("pviol_pct", "tviol"):
+                s[key] = num  # the raw value too (health_history sums violation time from it)
                 if num is not None:
                     if s["reasons"] is None:
                         s["reasons"] = set()
