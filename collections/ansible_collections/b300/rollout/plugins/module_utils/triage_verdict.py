@@ -207,7 +207,7 @@ def nic_counters(name, before, after, window, during):
                           % (c, during, "fail" if fault else "warn"),
                           "%s %s -> %s (+%s in %ss)" % (c, _fmt_int(bc[c]), _fmt_int(ac[c]), _fmt_int(d), window),
                           "`mlxlink -d %s -m -c` (BER, FEC); swap the cable; `perfquery -x` on both ends" % name,
-                          "%s +%s during %s" % (c, _fmt_int(d), during), 35 if c == "link_downed" else 25))
+                          "%s +%s during %s" % (c, _fmt_int(d), during), 35 if c == "link_downed" else 25, counter=c))
         elif ac.get(c, bc.get(c, 0)):
             out.append(_f(name, "ib_counters", "suspect", "R4: non-zero since boot -> warn with the value",
                           "%s %s since boot" % (c, _fmt_int(ac.get(c, bc.get(c)))),
@@ -224,7 +224,7 @@ def nic_counters(name, before, after, window, during):
                                                                    window, during),
                           "each ack timeout is one retry; past NCCL_IB_RETRY_CNT it is IBV_WC_RETRY_EXC_ERR (a hang or "
                           "an abort): firmware vs driver (tools/fw-audit), then the link of %s" % name,
-                          "%s %s during %s" % (c, "+" + _fmt_int(d), during), 30 if fault else 10))
+                          "%s %s during %s" % (c, "+" + _fmt_int(d), during), 42 if fault else 10, counter=c))
         elif c in HW_COUNTERS_FAULT and ah.get(c, bh.get(c, 0)):
             out.append(_f(name, "rdma_counters", "suspect", "R5 (ours): %s non-zero since boot -> warn" % c,
                           "%s %s since boot" % (c, _fmt_int(ah.get(c, bh.get(c)))),
@@ -672,6 +672,10 @@ def judge_host(col, rows, policy=None, expected_port_gbps=None, history=None, tr
         if t.get("counters_before") and t.get("counters_after"):
             findings += [f for f in nic_counters(nic, t["counters_before"], t["counters_after"], t.get("duration_s") or 0,
                                                  "the traffic test through %s" % nic) if "since boot" not in f["summary"]]
+    # a counter that grew during the triage or the traffic says more than its since-boot value: keep one of them
+    grown = {(f["device"], f.get("counter")) for f in findings if f.get("counter") and f["verdict"] != "ok"}
+    findings = [f for f in findings if not (f["summary"].endswith("since boot") and
+                                            (f["device"], f["summary"].split()[0]) in grown)]
     # host-level firmware findings (pending images not attributable, mlxfwmanager output not understood)
     hostfw = fw_matrix.check_host(rn, rows, policy)["host_findings"] if rn else []
     for hf in hostfw:

@@ -88,7 +88,7 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-results:
+per_nic:
   description: >-
     Per NIC - ib_write_bw (rc, gbps, error, skipped, parsed), nccl (verdict, reasons, gated_gbps,
     per_repeat_status, warns with completions / async_events / gdr), counters_before and counters_after (that NIC's
@@ -175,7 +175,7 @@ def main():
     )
     p = module.params
     if module.check_mode:
-        module.exit_json(changed=False, skipped=True, results={})
+        module.exit_json(changed=False, skipped=True, per_nic={})
     timeout_cmd = find_tool(module, "timeout", p["bin_path"])
     if not timeout_cmd:
         module.fail_json(msg="triage_traffic: coreutils `timeout` not found: every run needs a hang timeout")
@@ -198,7 +198,7 @@ def main():
         res["counters_after"] = (after.get(n["name"]) or {}).get("1")
         res["duration_s"] = round(time.time() - t0, 1)
         results[n["name"]] = res
-    module.exit_json(changed=True, skipped=False, results=results)
+    module.exit_json(changed=True, skipped=False, per_nic=results)
 
 
 if __name__ == "__main__":
