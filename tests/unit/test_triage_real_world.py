@@ -135,3 +135,26 @@ def test_rdma_counters(path):
         for k, v in a.items():
             if k != "counters":
                 assert got[link][k] == v
+
+
+COPIES = {
+    "crlf": lambda t: t.replace("\r\n", "\n").replace("\n", "\r\n"),
+    "trailing_spaces": lambda t: "\n".join(ln + "   " if ln.strip() else ln for ln in t.split("\n")),
+    "no_final_newline": lambda t: t.rstrip("\r\n"),
+}
+PARSE = {
+    "kmsg": lambda t: [(e["kind"], e["sub"], e["code"], e["bdf"], e["name"], e["gpu_pci"]) for e in tk.parse(t)],
+    "devlink_health": tc.parse_devlink_health,
+    "nccl_warn": lambda t: [(c["status"], c["hca"], c["vendor_err"]) for c in tt.parse_nccl_warns(t)["completions"]],
+    "perftest": lambda t: (tt.parse_perftest(t)["rows"], tt.parse_perftest(t)["cuda_device"]),
+    "rdma_counters": tc.parse_rdma_stat,
+}
+
+
+@pytest.mark.parametrize("path,copy", [pytest.param(p, c, id="%s/%s-%s" % (k, p.name, c)) for k in sorted(PARSE)
+                                       for p in cases(k) for c in sorted(COPIES)])
+def test_real_text_reads_the_same_when_copied(path, copy):
+    """Pasted into a ticket, saved on Windows, cut without its last newline: the parse must not change."""
+    parse = PARSE[path.parent.name]
+    text = path.read_text()
+    assert parse(COPIES[copy](text)) == parse(text)
