@@ -121,7 +121,7 @@ def read_acs(run, find, bdfs):
     setpci = find("setpci")
     parsed = {}
     if lspci and bdfs:
-        rc, txt, _ = run([lspci, "-vvv"])
+        rc, txt, _err = run([lspci, "-vvv"])
         if rc == 0:
             parsed = tp.parse_lspci_acs(txt)
     for b in bdfs:
@@ -130,7 +130,7 @@ def read_acs(run, find, bdfs):
             out[b] = {"acs": ent["ACSCtl"], "acs_source": "lspci -vvv ACSCtl"}
             continue
         if setpci:
-            rc, txt, _ = run([setpci, "-s", b, "ECAP_ACS+0x6.w"])
+            rc, txt, _err = run([setpci, "-s", b, "ECAP_ACS+0x6.w"])
             if rc == 0 and tp.parse_setpci_acs(txt) is not None:
                 out[b] = {"acs": tp.parse_setpci_acs(txt), "acs_source": "setpci ECAP_ACS+0x6.w"}
     return out
@@ -140,8 +140,8 @@ def serving_units(run, find, pattern):
     sc = find("systemctl")
     if not sc or not pattern:
         return []
-    rc, out, _ = run([sc, "list-units", "--type=service", "--state=active", "--no-legend", "--plain", "--no-pager",
-                      pattern])
+    rc, out, _err = run([sc, "list-units", "--type=service", "--state=active", "--no-legend", "--plain",
+                         "--no-pager", pattern])
     if rc != 0:
         return []
     return sorted(ln.split()[0] for ln in out.splitlines() if ln.strip() and ln.split()[0].endswith(".service"))
@@ -157,7 +157,7 @@ def collect(module, bin_path=None, sysfs_root="/sys", proc_root="/proc", since="
     """The collection of one host (see the module docstring). ``module``: an AnsibleModule (run_command,
     get_bin_path). Facts that cannot be read land in ``errors`` (the report says so); ToolError only when neither
     the NIC nor the GPU facts could be read."""
-    run = run or (lambda argv: module.run_command(argv))
+    run = run or module.run_command
     dirs = list(bin_path or [])
 
     def find(name):
@@ -235,7 +235,7 @@ def collect(module, bin_path=None, sysfs_root="/sys", proc_root="/proc", since="
     lsmod_text = None
     lsmod = find("lsmod")
     if lsmod:
-        rc, out, _ = run([lsmod])
+        rc, out, _err = run([lsmod])
         lsmod_text = out if rc == 0 else None
     if lsmod_text is None:
         try:
@@ -252,7 +252,7 @@ def collect(module, bin_path=None, sysfs_root="/sys", proc_root="/proc", since="
     snap1 = snapshot(sysfs_root, [d["name"] for d in data], sorted(b for b, e in pcie.items() if e["role"] != "upstream"))
     smi = find("nvidia-smi")
     if smi and extras is not None:
-        rc, out, _ = run([smi, "-q", "-x"])
+        rc, out, _err = run([smi, "-q", "-x"])
         if rc == 0:
             try:
                 extras_after = parse_gpu_extras(out)

@@ -69,7 +69,7 @@ def nic_firmware(dev, driver, rows, policy):
     fw = dev.get("fw_ver")
     exp = v.get("expected") or "?"
     older = ""
-    pf, pe = fw_matrix.parse_fw(fw), fw_matrix.parse_fw(str(exp).replace(">= ", "").split(" or ")[0])
+    pf, pe = fw_matrix.parse_fw(fw), fw_matrix.parse_fw(str(exp).replace(">= ", "").split(" or ", maxsplit=1)[0])
     if pf and pe:
         older = " older than" if pf < pe else " newer than"
     if v["verdict"] == "pending_reset":
@@ -81,8 +81,8 @@ def nic_firmware(dev, driver, rows, policy):
     else:
         summ = "firmware %s%s driver %s expects (%s)" % (fw, older or " does not match what", v["driver_version"], exp)
     verdict = "fault" if v["severity"] == "fail" else "suspect"
-    rule = "row 4: firmware matrix row %s, rule %s (the preflight gate's verdict: %s)" % (v["row"] or "-", v["rule"],
-                                                                                           v["verdict"])
+    rule = "row 4: firmware matrix row %s, rule %s (the preflight gate's verdict: %s)" % (
+        v["row"] or "-", v["rule"], v["verdict"])
     # the seed's root cause (001 6.2): ranked above the symptoms it explains (timeouts, transport retries)
     return _f(name, "firmware", verdict, rule, fw_matrix.device_message("", v).lstrip(": "), v["remediation"], summ,
               60 if verdict == "fault" else 15), v
@@ -96,9 +96,8 @@ def nic_kmsg(name, kinds, bdf):
         out.append(_f(name, "kernel_log", "fault",
                       "R1: any mlx5 firmware-command timeout on a data NIC in the window fails (driver<->firmware "
                       "handshake; mlx5 cmd.c wait_func / wait_func_handle_exec_timeout)",
-                      k["examples"] + ["%d lines, first %s, last %s%s" % (k["count"], _short_ts(k["first"]),
-                                                                        _short_ts(k["last"]),
-                                                                        (" (" + cmds + ")") if cmds else "")],
+                      k["examples"] + ["%d lines, first %s, last %s%s" % (
+                          k["count"], _short_ts(k["first"]), _short_ts(k["last"]), (" (" + cmds + ")") if cmds else "")],
                       "compare its firmware with the driver (tools/fw-audit) first; if they match, keep `devlink health "
                       "diagnose pci/%s reporter fw` and `mlxfwmanager --query` for an NVIDIA networking case" % bdf,
                       "%d command timeouts since %s" % (k["count"], _short_ts(k["first"])), 40 + min(k["count"], 20)))
@@ -220,8 +219,8 @@ def nic_counters(name, before, after, window, during):
             out.append(_f(name, "rdma_counters", "fault" if fault else "suspect",
                           "R5: %s increasing while traffic runs (NCCL docs networking_troubleshooting.rst:130-141); "
                           "%s and packet_seq_err -> fail on that NIC, others warn" % (c, HW_COUNTERS_FAULT[0]),
-                          "%s %s -> %s (+%s in %ss during %s)" % (c, _fmt_int(bh[c]), _fmt_int(ah[c]), _fmt_int(d),
-                                                                   window, during),
+                          "%s %s -> %s (+%s in %ss during %s)" % (
+                              c, _fmt_int(bh[c]), _fmt_int(ah[c]), _fmt_int(d), window, during),
                           "each ack timeout is one retry; past NCCL_IB_RETRY_CNT it is IBV_WC_RETRY_EXC_ERR (a hang or "
                           "an abort): firmware vs driver (tools/fw-audit), then the link of %s" % name,
                           "%s %s during %s" % (c, "+" + _fmt_int(d), during), 42 if fault else 10, counter=c))
@@ -249,8 +248,9 @@ def pcie_link(device, label, link, upstream_link, is_gpu=False):
                       % (link["bdf"], link["bdf"]), "PCIe link x%d instead of x%d" % (cw, mw), 35))
     if ms and cs and cs < ms:
         out.append(_f(device, "pcie", "suspect" if is_gpu else "fault",
-                      "R6: link speed below its capability: %s" % ("suspect for a GPU (idle GPUs downclock the link; "
-                                                                  "re-check under load)" if is_gpu else "fails for a NIC or bridge"),
+                      "R6: link speed below its capability: %s" % (
+                          "suspect for a GPU (idle GPUs downclock the link; re-check under load)" if is_gpu
+                          else "fails for a NIC or bridge"),
                       "%s %s: %.1f GT/s, capable of %.1f GT/s" % (label, link["bdf"], cs, ms),
                       "`lspci -vvv -s %s`; BIOS PCIe speed setting; reseat" % link["bdf"],
                       "PCIe link %.0f GT/s instead of %.0f" % (cs, ms), 10 if is_gpu else 30))
@@ -323,8 +323,8 @@ def gpu_rules(gi, facts, extra, extra_after, kinds, window, nic):
     ecc = f.get("ecc") or {}
     if (ecc.get("volatile_uncorrectable") or 0) > 0:
         out.append(_f(dev, "ecc", "fault", "row 29: volatile uncorrectable ECC > 0 fails",
-                      "ECC volatile uncorrectable %s (aggregate %s)" % (ecc.get("volatile_uncorrectable"),
-                                                                       ecc.get("aggregate_uncorrectable")),
+                      "ECC volatile uncorrectable %s (aggregate %s)" % (
+                          ecc.get("volatile_uncorrectable"), ecc.get("aggregate_uncorrectable")),
                       "drain; GPU reset / reboot to retire the rows; RMA if it repeats", "uncorrectable ECC errors", 35))
     rr = f.get("remapped_rows") or {}
     if rr.get("failure"):
@@ -339,7 +339,7 @@ def gpu_rules(gi, facts, extra, extra_after, kinds, window, nic):
         if not k or (kind == "gpu_fallen_off_bus" and "79" in ((kinds or {}).get("xid") or {}).get("codes", {})):
             continue   # the "fallen off the bus" line that follows an Xid 79 is the same event
         codes = sorted(k["codes"].items(), key=lambda kv: -kv[1])
-        fatal = [c for c, _ in codes if int(c) in _xid_fatal()]
+        fatal = [c for c, _n in codes if int(c) in _xid_fatal()]
         from ansible_collections.b300.rollout.plugins.module_utils.triage_kmsg import xid_meaning
         meanings = ["Xid %s x%d: %s (%s)" % (c, n, xid_meaning(int(c))[0], xid_meaning(int(c))[1]) for c, n in codes]
         out.append(_f(dev, "xid", "fault" if fatal or kind == "gpu_fallen_off_bus" else "suspect",
@@ -356,8 +356,8 @@ def gpu_rules(gi, facts, extra, extra_after, kinds, window, nic):
         d_thermal = counter_deltas([x], [extra_after]).get(x.get("index"), {})
     d_th = sum(v for k, v in d_thermal.items() if k in THERMAL_COUNTERS)
     if reasons or d_th > 0:
-        ev = ["GPU %d at %s C (max operating %s C, T.Limit %s C), memory %s C" % (gi, temp, maxop, x.get("tlimit_c"),
-                                                                                x.get("mem_temp_c"))]
+        ev = ["GPU %d at %s C (max operating %s C, T.Limit %s C), memory %s C" % (
+            gi, temp, maxop, x.get("tlimit_c"), x.get("mem_temp_c"))]
         if reasons:
             ev.append("clock event reasons active: %s" % ", ".join(reasons))
         if d_th > 0:
@@ -413,7 +413,7 @@ def _xid_fatal():
 
 
 def _xid_fix(codes, gi):
-    cs = {int(c) for c, _ in codes}
+    cs = {int(c) for c, _n in codes}
     if 79 in cs:
         return "drain the node and reboot; if GPU %d falls off the bus again, reseat it / RMA (platform vendor)" % gi
     if cs & {74, 144, 145, 146, 147, 148, 149, 150}:
@@ -562,7 +562,7 @@ def judge_host(col, rows, policy=None, expected_port_gbps=None, history=None, tr
     findings = []
     rn = col.get("rdma_nics") or {}
     gt = col.get("gpu_topology") or {}
-    nic_gpu = {k: v for k, v in (col.get("nic_gpu") or {}).items()}
+    nic_gpu = dict(col.get("nic_gpu") or {})
     gpu_nic = {}
     for n, g in nic_gpu.items():
         if g is not None:
@@ -804,8 +804,9 @@ def render_markdown(report):
                 oks.append(name)
                 continue
             for f in fs:
-                out.append("| %s | %s | %s | %s | %s |" % (_md(d.get("label") or name), f["verdict"], f["check"],
-                                                          _md(f["rule"]), _md("; ".join(f["evidence"][:4]))))
+                out.append("| %s | %s | %s | %s | %s |" % (
+                    _md(d.get("label") or name), f["verdict"], f["check"], _md(f["rule"]),
+                    _md("; ".join(f["evidence"][:4]))))
         if not any(d["verdict"] != "ok" for d in h["devices"].values()):
             out.append("| every device | ok | all checks | - | - |")
         out += ["", "ok: %s" % (", ".join(_compact(oks)) or "none")]

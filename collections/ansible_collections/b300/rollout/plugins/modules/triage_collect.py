@@ -71,7 +71,7 @@ options:
     default: true
 notes:
   - Fails only when neither the NIC nor the GPU facts can be read; every other unreadable source is named in
-    RV(collection.errors) or in its own C(error) key, and the report says that check did not run.
+    C(collection.errors) or in its own C(error) key, and the report says that check did not run.
 """
 
 EXAMPLES = r"""

@@ -122,10 +122,10 @@ def loopback(module, ibwb, timeout_cmd, nic, gpu, timeout_s, port):
     time.sleep(0.5)
     rc, out, err = module.run_command([timeout_cmd, str(timeout_s)] + base + ["127.0.0.1"])
     try:
-        server_out, _ = server.communicate(timeout=timeout_s + 5)
+        server_out, _err = server.communicate(timeout=timeout_s + 5)
     except subprocess.TimeoutExpired:
         server.kill()
-        server_out, _ = server.communicate()
+        server_out, _err = server.communicate()
     parsed = parse_perftest(out)
     gbps = perftest_gbps(parsed)
     error = None
