@@ -855,7 +855,8 @@ def _lbl(v):
 
 def render_textfile(report, host):
     """node_exporter textfile for one host: b300_triage_device{host,device,verdict} 1, b300_triage_host_verdict,
-    b300_triage_exit_code, b300_mlx5_cmd_timeouts (window count), b300_rdma_hw_counter (what node_exporter lacks)."""
+    b300_triage_exit_code, b300_mlx5_cmd_timeouts (lines in the window). The IB counters themselves are not
+    re-exported: node_exporter's infiniband collector has them (anchors section 3)."""
     h = report["hosts"].get(host) or {}
     lines = ["# HELP b300_triage_device Triage verdict per device (1 for the verdict it has).",
              "# TYPE b300_triage_device gauge"]
