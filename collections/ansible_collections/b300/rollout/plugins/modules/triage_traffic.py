@@ -16,8 +16,8 @@ description:
   - Each NCCL repeat is classified with C(module_utils/nccl_results.py) (as the NCCL validation role does), and its
     WARN lines are parsed (C(IBV_WC_*) status, the HCA named) by C(module_utils/triage_traffic.py).
   - This is the only part of the triage that loads the node; the playbook runs it only with C(--traffic) and never
-    on a node with active serving units unless forced. It writes no file on the host (the perftest server and client
-    exchange data over loopback).
+    on a node with active serving units unless forced. It writes no file on the host (the perftest server, run in a
+    thread, and its client exchange data over loopback).
 version_added: "1.1.0"
 author: b300-rollout maintainers (@b300-rollout)
 extends_documentation_fragment:
@@ -101,7 +101,7 @@ skipped:
   type: bool
 """
 
-import subprocess
+import threading
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -116,16 +116,18 @@ def loopback(module, ibwb, timeout_cmd, nic, gpu, timeout_s, port):
     base = [ibwb, "-d", nic, "-s", "8388608", "-n", "2000", "-F", "--report_gbits", "-p", str(port)]
     if gpu is not None:
         base.append("--use_cuda=%d" % int(gpu))
-    # the server must run while the client connects: the one process started without run_command (argv list, no shell)
-    server = subprocess.Popen([timeout_cmd, str(timeout_s)] + base, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True)
+    # the server must run while the client connects: both through run_command (argv lists, no shell), the server in a
+    # thread, each under its own timeout
+    server = {}
+
+    def serve():
+        server["rc"], server["out"], server["err"] = module.run_command([timeout_cmd, str(timeout_s)] + base)
+
+    th = threading.Thread(target=serve)
+    th.start()
     time.sleep(0.5)
     rc, out, err = module.run_command([timeout_cmd, str(timeout_s)] + base + ["127.0.0.1"])
-    try:
-        server_out, _err = server.communicate(timeout=timeout_s + 5)
-    except subprocess.TimeoutExpired:
-        server.kill()
-        server_out, _err = server.communicate()
+    th.join(timeout_s + 5)
     parsed = parse_perftest(out)
     gbps = perftest_gbps(parsed)
     error = None
@@ -133,7 +135,7 @@ def loopback(module, ibwb, timeout_cmd, nic, gpu, timeout_s, port):
         error = ((err or "") + (out or "")).strip().splitlines()[-1:] or ["no result row"]
         error = error[0][:300]
     return {"rc": rc, "gbps": gbps, "error": error, "skipped": False, "cuda_device": parsed.get("cuda_device"),
-            "server_rc": server.returncode, "server_tail": (server_out or "").strip().splitlines()[-1:]}
+            "server_rc": server.get("rc"), "server_tail": (server.get("out") or "").strip().splitlines()[-1:]}
 
 
 def nccl_one_nic(module, arp, timeout_cmd, nic, p):
