@@ -94,7 +94,8 @@ def test_fw_timeouts_with_traffic_and_a_flapping_port_on_a_serving_node(fleet, t
     check_scenario(rep, "b300a", "ib_port_flap")
     check_scenario(rep, "b300b", "cx8_fw_timeouts")
     a, b = rep["hosts"]["b300a"], rep["hosts"]["b300b"]
-    assert a["serving_units"] == ["%s.service" % SERVING_UNIT] and a["traffic"] == "not run"
+    assert a["serving_units"] == ["%s.service" % SERVING_UNIT]
+    assert a["traffic"].startswith("refused: b300a runs serving units (%s.service)" % SERVING_UNIT), a["traffic"]
     assert b["traffic"] == "ran"
     m3 = {f["check"]: f for f in b["devices"]["mlx5_3"]["findings"] if f["verdict"] == "fault"}
     assert {"firmware", "kernel_log", "rdma_counters", "nccl_one_nic", "nccl_warn"} <= set(m3), sorted(m3)

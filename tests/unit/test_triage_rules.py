@@ -100,8 +100,12 @@ def test_traffic_deltas_are_charged_to_the_nic_that_carried_them():
 
 
 def test_traffic_refused_and_failed_loopback():
-    fs = tv.traffic_rules({"mlx5_0": {"refused": "serving"}}, {"mlx5_0": 400})
-    assert fs == []
+    col = {"rdma_nics": {}, "gpu_topology": {}, "nic_gpu": {}}
+    rep = tv.judge_fleet({"b300a": {"collection": col}}, [],
+                         traffic={"b300a": {"refused": "b300a runs serving units (sglang-kimi_k3-w0.service):\n drain it"}})
+    assert rep["hosts"]["b300a"]["traffic"] == "refused: b300a runs serving units (sglang-kimi_k3-w0.service): drain it"
+    assert rep["hosts"]["b300a"]["status"] == "ok"
+    assert "Traffic: refused: b300a runs serving units" in tv.render_markdown(rep)
     fs = tv.traffic_rules({"mlx5_0": {"ib_write_bw": {"rc": 1, "gbps": None, "error": " Couldn't allocate MR"}}},
                           {"mlx5_0": 400})
     assert [(f["device"], f["check"], f["verdict"]) for f in fs] == [("mlx5_0", "gdr_loopback", "fault")]

@@ -749,10 +749,14 @@ def judge_fleet(hosts, rows, policy=None, expected_port_gbps=None, histories=Non
             continue
         col = hosts[host]["collection"]
         hist = (histories or {}).get(host)
-        res = judge_host(col, rows, policy, expected_port_gbps, hist, (traffic or {}).get(host), since, history_label)
+        tr = (traffic or {}).get(host) or {}
+        refused = tr.get("refused") if isinstance(tr.get("refused"), str) else None
+        if refused:
+            tr = {}
+        res = judge_host(col, rows, policy, expected_port_gbps, hist, tr, since, history_label)
         res["msg"] = "; ".join("%s: %s" % kv for kv in sorted((col.get("errors") or {}).items()))
         res["history"] = "available" if hist and hist.get("available") else "no history"
-        res["traffic"] = "ran" if (traffic or {}).get(host) else "not run"
+        res["traffic"] = ("refused: " + " ".join(refused.split())) if refused else ("ran" if tr else "not run")
         res["kernel_log_source"] = (col.get("kernel_log") or {}).get("source")
         res["serving_units"] = col.get("serving_units") or []
         report["hosts"][host] = res
