@@ -6,6 +6,7 @@ Each script in bin/ calls ``main(<tool name>, argv)``. The emulator root is the 
 """
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -527,8 +528,8 @@ def parse_ar_args(argv):
     return o
 
 
-def _bump_counter():
-    p = os.path.join(state_dir(), "nccl_calls")
+def _bump_counter(name="nccl_calls"):
+    p = os.path.join(state_dir(), name)
     try:
         with open(p) as fh:
             n = int(fh.read().strip() or 0)
@@ -586,11 +587,33 @@ def run_all_reduce(argv, nodes=1, env=None, hostnames=None, ranks_per_node=8, pr
         return out(text)
     st = load_state()
     call = _bump_counter()
+    net_only = nodes == 1 and env.get("NCCL_P2P_DISABLE") == "1" and env.get("NCCL_SHM_DISABLE") == "1"
+    hcas = [n for n in _ib_hcas(st, env) if n["role"] == "data"] if net_only else []
+    if net_only and hcas:
+        # one node, NVLink and shared memory off: every byte crosses the NICs (loopback through the switch)
+        nic_gbps = sum(min(n["rate_n"], 64.0 * n.get("pcie_width", 16) * 0.92) for n in hcas if n["state"] == "ACTIVE")
+        st["nccl"]["peak_1node"] = max(nic_gbps / 8.0 * 0.85, 0.5)
     res = model.all_reduce_run(st, o, nodes=nodes, env=env, hostnames=hostnames, pid=os.getpid())
     lines = res["lines"]
     info = _nccl_info(st, env, nodes)
     hdr_end = lines.index([ln for ln in lines if ln.startswith("#  Rank")][-1]) + 1
     lines = lines[:hdr_end] + info + lines[hdr_end:]
+    if hcas:
+        _bump_ib_counters([n["name"] for n in hcas], st)
+        for n in hcas:
+            fault = st["triage"]["traffic"].get(n["name"], {})
+            if fault.get("nccl_fail_on_call") and _bump_counter("nccl_calls_" + n["name"]) == fault["nccl_fail_on_call"]:
+                status = fault.get("wc_status", 12)
+                pre = "%s:%d:%d [0] " % (st["hostname"], os.getpid(), os.getpid() + 7)
+                warn = [pre + "transport/net_ib/p2p.cc:648 NCCL WARN NET/IB: Got completion from peer %s<40554> with "
+                        "status=IBV_WC_RETRY_EXC_ERR(%d) opcode=IBV_WC_RDMA_WRITE(1) vendor_err=129 hca %s"
+                        % ("10.89.30.11", status, n["name"]),
+                        pre + "NCCL INFO transport/net.cc:1302 -> 6", pre + "NCCL INFO proxy.cc:698 -> 6",
+                        "%s: Test NCCL failure common.cu:1279 'remote process exited or there was a network error / '"
+                        % st["hostname"]]
+                cut = lines.index([ln for ln in lines if ln.startswith("#        (B)")][0]) + 4
+                out("\n".join(lines[:cut] + warn) + "\n")
+                sys.exit(3)
     if st["nccl"]["hang_on_call"] and call == st["nccl"]["hang_on_call"]:
         cut = lines.index([ln for ln in lines if ln.startswith("#        (B)")][0]) + 1
         out("\n".join(lines[:cut]) + "\n")
@@ -715,6 +738,246 @@ def gpu_burn(argv):
     return None
 
 
+# --------------------------------------------------------------------------------------------- triage stand-ins
+REAL_JOURNALCTL = ("/usr/bin/journalctl", "/bin/journalctl")
+
+
+def _boot_epoch(now):
+    # the emulated kernel booted at least 3 h ago, so the scenarios' lines (up to ~2 h old) come after the boot lines
+    return now - min(max(boot_age_s(), 3 * 3600.0), 30 * 86400.0)
+
+
+def _parse_since(text, now):
+    """journalctl --since forms the triage and humans use: 'YYYY-MM-DD HH:MM[:SS]', '-2h', '2 hours ago', '@epoch'."""
+    t = (text or "").strip()
+    if t.startswith("@"):
+        return float(t[1:])
+    m = re.match(r"^-?(\d+)\s*(s|sec|m|min|h|hour|hours|d|day|days)?(?: ago)?$", t)
+    if m:
+        mult = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "hour": 3600, "hours": 3600, "d": 86400, "day": 86400,
+                "days": 86400}.get(m.group(2) or "s", 1)
+        return now - int(m.group(1)) * mult
+    for fmt in ("%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d"):
+        try:
+            return time.mktime(time.strptime(t, fmt))
+        except ValueError:
+            continue
+    die("Failed to parse timestamp: %s" % t, 1)
+
+
+def _kmsg(st):
+    now = time.time()
+    return model.kmsg_events(st, _boot_epoch(now), now)
+
+
+def journalctl(argv):
+    """`journalctl -k|--dmesg [--since X] [-o short-iso|short] [--no-pager] [-q]`: the emulated kernel ring buffer.
+    Anything else goes to the real journalctl (the host's own journal)."""
+    if not any(a in ("-k", "--dmesg") for a in argv):
+        for real in REAL_JOURNALCTL:
+            if os.path.exists(real):
+                os.execv(real, [real] + list(argv))
+        die("journalctl (hwemu): only -k is emulated and no real journalctl was found", 1)
+    st = load_state()
+    if st is None:
+        return out("-- No entries --\n")
+    now = time.time()
+    since, fmt = None, "short"
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a in ("--since", "-S") and i + 1 < len(argv):
+            since = _parse_since(argv[i + 1], now)
+            i += 2
+            continue
+        if a.startswith("--since="):
+            since = _parse_since(a.split("=", 1)[1], now)
+        elif a in ("-o", "--output") and i + 1 < len(argv):
+            fmt = argv[i + 1]
+            i += 2
+            continue
+        elif a.startswith("--output="):
+            fmt = a.split("=", 1)[1]
+        i += 1
+    host = st["hostname"]
+    lines = []
+    for ep, text in _kmsg(st):
+        if since is not None and ep < since:
+            continue
+        if fmt == "short-iso":
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(ep))
+        else:
+            stamp = time.strftime("%b %d %H:%M:%S", time.localtime(ep))
+        lines.append("%s %s kernel: %s" % (stamp, host, text))
+    return out("\n".join(lines) + "\n" if lines else "-- No entries --\n")
+
+
+def dmesg(argv):
+    """`dmesg [--time-format iso|-T]`: the emulated kernel ring buffer (monotonic stamps by default)."""
+    st = load_state()
+    if st is None:
+        return None
+    now = time.time()
+    boot = _boot_epoch(now)
+    iso = "--time-format" in argv and "iso" in argv
+    ctime = "-T" in argv or "--ctime" in argv
+    lines = []
+    for ep, text in _kmsg(st):
+        if iso:
+            lines.append("%s,%06d%s %s" % (time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(ep)), int((ep % 1) * 1e6),
+                                           time.strftime("%z", time.localtime(ep))[:3] + ":" + time.strftime("%z", time.localtime(ep))[3:], text))
+        elif ctime:
+            lines.append("[%s] %s" % (time.strftime("%a %b %d %H:%M:%S %Y", time.localtime(ep)), text))
+        else:
+            lines.append("[%12.6f] %s" % (ep - boot, text))
+    return out("\n".join(lines) + "\n")
+
+
+def devlink(argv):
+    """`devlink [-j] health show` and `devlink health diagnose pci/BDF reporter NAME`."""
+    st = load_state()
+    as_json = "-j" in argv or "--json" in argv
+    args = [a for a in argv if a not in ("-j", "--json", "-p", "--pretty")]
+    if st is None:
+        die("devlink answers: No such device", 1)
+    if args[:2] == ["health", "show"] or args == ["health"]:
+        return out(model.render_devlink_health(st, as_json))
+    if args[:2] == ["health", "diagnose"] and len(args) >= 5 and args[3] == "reporter":
+        text = model.render_devlink_diagnose(st, args[2].replace("pci/", ""), args[4])
+        if text is None:
+            die("kernel answers: No such device", 1)
+        return out(text)
+    die("devlink (hwemu stand-in): only `health show` and `health diagnose` are emulated", 1)
+
+
+def lspci(argv):
+    st = load_state()
+    bdf = None
+    for i, a in enumerate(argv):
+        if a == "-s" and i + 1 < len(argv):
+            bdf = argv[i + 1]
+    if st is None:
+        die("lspci (hwemu stand-in): no PCI devices (h200_real)", 1)
+    if bdf is None:   # every function, in bus order, a blank line between them (like lspci -vvv)
+        return out("\n".join(model.render_lspci_vvv(st, b) for b in sorted(model.pci_layout(st))))
+    if len(bdf) == 7:
+        bdf = "0000:" + bdf
+    text = model.render_lspci_vvv(st, bdf.lower())
+    return out(text or "")
+
+
+def setpci(argv):
+    st = load_state()
+    bdf = argv[argv.index("-s") + 1] if "-s" in argv else None
+    if st is None or bdf is None or not any(a.upper().startswith("ECAP_ACS+0X6") for a in argv):
+        die("setpci (hwemu stand-in): only `setpci -s BDF ECAP_ACS+0x6.w` (read) is emulated", 1)
+    if any("=" in a for a in argv):
+        die("setpci (hwemu stand-in): writes are not emulated", 1)
+    devs = model.pci_layout(st)
+    d = devs.get(bdf.lower() if len(bdf) > 7 else "0000:" + bdf.lower())
+    if d is None or d["kind"] not in ("root_port", "switch_up", "switch_down"):
+        die("setpci: Capability ECAP_ACS not found", 1)
+    return out("%04x\n" % model.acs_word(st["triage"]["acs"].get(bdf.lower(), ())))
+
+
+def lsmod(argv):
+    st = load_state()
+    if st is None:
+        return out("Module                  Size  Used by\n")
+    return out(model.render_lsmod(st))
+
+
+def _bump_ib_counters(nic_names, st, fault_key="traffic"):
+    """Traffic through these NICs: data counters grow, and the scenario's per-NIC traffic faults are added."""
+    tree = os.path.join(root_dir(), "sys")
+    for name in nic_names:
+        base = os.path.join(tree, "class", "infiniband", name, "ports", "1")
+        fault = st["triage"]["traffic"].get(name, {})
+        adds = {"counters": dict({"port_xmit_data": 2 ** 31, "port_rcv_data": 2 ** 31}, **fault.get("counters", {})),
+                "hw_counters": dict(fault.get("hw_counters", {}))}
+        for sub, vals in adds.items():
+            for cname, inc in vals.items():
+                path = os.path.join(base, sub, cname)
+                try:
+                    with open(path) as fh:
+                        cur = int(fh.read().strip() or 0)
+                    with open(path, "w") as fh:
+                        fh.write("%d\n" % (cur + inc))
+                except (OSError, ValueError):
+                    continue
+
+
+def _opt(argv, names, default=None):
+    for i, a in enumerate(argv):
+        for n in names:
+            if a == n and i + 1 < len(argv):
+                return argv[i + 1]
+            if a.startswith(n + "="):
+                return a.split("=", 1)[1]
+    return default
+
+
+def ib_write_bw(argv):
+    """perftest `ib_write_bw -d DEV [--use_cuda=N] [-s BYTES] [-n ITERS] [-p PORT] [--report_gbits] [-F] [SERVER]`:
+    a server (no SERVER argument) waits for one client; the client computes the bandwidth of DEV's port and PCIe link
+    (GPUDirect through an ACS-redirecting bridge: ~30 %% of it; --use_cuda without nvidia_peermem: MR fails)."""
+    st = load_state()
+    if st is None:
+        die("ib_write_bw: No IB devices found", 1)
+    dev = _opt(argv, ("-d", "--ib-dev"))
+    size = int(_opt(argv, ("-s", "--size"), "65536"))
+    iters = int(_opt(argv, ("-n", "--iters"), "5000"))
+    port = _opt(argv, ("-p", "--port"), "18515")
+    cuda = None
+    for a in argv:
+        if a.startswith("--use_cuda"):
+            cuda = int(a.split("=", 1)[1]) if "=" in a else 0
+    takes = {"-d", "--ib-dev", "-s", "--size", "-n", "--iters", "-p", "--port", "-x", "--gid-index", "-q", "-m", "-D",
+             "--tclass", "-i", "--ib-port"}
+    pos = [a for i, a in enumerate(argv) if not a.startswith("-") and (i == 0 or argv[i - 1] not in takes)]
+    server = not pos
+    nic = next((n for n in st["nics"] if n["name"] == dev), None)
+    if nic is None:
+        die(" Couldn't get context for the device\n Unable to find the Infiniband/RoCE device", 1)
+    rdv = os.path.join(state_dir(), "ibwb-%s-%s" % (dev, port))
+    if cuda is not None and not st["triage"]["peermem"]:
+        out("initializing CUDA\n")
+        die(" Couldn't allocate MR\n failed to create mr\n Failed to create MR", 1)
+    if server:
+        with open(rdv + ".srv", "w") as fh:
+            fh.write("%d\n" % os.getpid())
+        deadline = time.time() + 60
+        while time.time() < deadline and not os.path.exists(rdv + ".res"):
+            time.sleep(0.1)
+        try:
+            with open(rdv + ".res") as fh:
+                gbps = float(fh.read().strip())
+            os.remove(rdv + ".res")
+        except (OSError, ValueError):
+            die(" Couldn't connect to the client (timeout)", 1)
+        finally:
+            if os.path.exists(rdv + ".srv"):
+                os.remove(rdv + ".srv")
+        return out(model.perftest_output(st, dev, gbps, size, iters, cuda, True))
+    deadline = time.time() + 10
+    while time.time() < deadline and not os.path.exists(rdv + ".srv"):
+        time.sleep(0.1)
+    if not os.path.exists(rdv + ".srv"):
+        die("Couldn't connect to %s:%s" % (pos[0], port), 1)
+    pcie = 64.0 * nic.get("pcie_width", 16) * 0.92
+    gbps = min(nic["rate_n"], pcie) * 0.968
+    if cuda is not None:
+        bridges = [b for b, bits in st["triage"]["acs"].items() if {"ReqRedir", "CmpltRedir"} & set(bits)]
+        dsp = "0000:%02x:01.0" % (nic["bus"] - 1)
+        if dsp in bridges:
+            gbps *= 0.31
+    gbps = round(gbps, 2)
+    _bump_ib_counters([dev], st)
+    with open(rdv + ".res", "w") as fh:
+        fh.write("%s\n" % gbps)
+    return out(model.perftest_output(st, dev, gbps, size, iters, cuda, False))
+
+
 # --------------------------------------------------------------------------------------------- scenario switch
 def add_traffic_counters(tree):
     """ports/1/counters/{port_xmit_data,port_rcv_data,...} = 0 (octets / 4, like mlx5) on every emulated HCA, writable
@@ -782,8 +1045,14 @@ def set_scenario(name, root=None):
     else:
         st = model.build_state(name, os.environ.get("HWEMU_HOSTNAME") or hostname())
         model.build_sys_tree(st, tmp)
+        model.add_triage_tree(st, tmp)
         add_traffic_counters(tmp)
         add_error_counters(tmp)
+        proc = os.path.join(root, "proc")
+        os.makedirs(proc, exist_ok=True)
+        for fn, text in model.proc_files(st).items():
+            with open(os.path.join(proc, fn), "w") as fh:
+                fh.write(text)
     import shutil
     if os.path.isdir(tree):
         shutil.rmtree(tree)
@@ -796,11 +1065,12 @@ def set_scenario(name, root=None):
     os.replace(tmpl, link)
     sd = os.path.join(root, "state")
     os.makedirs(sd, exist_ok=True)
-    for f in ("nccl_calls", "load.json"):
-        try:
-            os.remove(os.path.join(sd, f))
-        except OSError:
-            pass
+    for f in os.listdir(sd):
+        if f in ("nccl_calls", "load.json") or f.startswith(("nccl_calls_", "ibwb-")):
+            try:
+                os.remove(os.path.join(sd, f))
+            except OSError:
+                pass
     with open(os.path.join(root, "scenario.tmp"), "w") as fh:
         fh.write(name + "\n")
     os.replace(os.path.join(root, "scenario.tmp"), os.path.join(root, "scenario"))
@@ -826,7 +1096,8 @@ TOOLS = {
     "mlxup": lambda a: mlxfwmanager(a, "mlxup"), "ofed_info": ofed_info, "modinfo": modinfo, "flint": flint,
     "mstflint": lambda a: flint(a, "mstflint"), "all_reduce_perf": run_all_reduce, "mpirun": mpirun,
     "gpu_burn": gpu_burn, "gpu-burn": gpu_burn, "hwemu-scenario": hwemu_scenario,
-    "nvidia-modprobe": nvidia_modprobe,
+    "nvidia-modprobe": nvidia_modprobe, "journalctl": journalctl, "dmesg": dmesg, "devlink": devlink,
+    "lspci": lspci, "setpci": setpci, "lsmod": lsmod, "ib_write_bw": ib_write_bw,
 }
 
 

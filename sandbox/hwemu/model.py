@@ -29,6 +29,9 @@ FM_NIC_BUS = 0xE1
 NUMA_CPUS = {0: "0-55,112-167", 1: "56-111,168-223"}
 KERNEL = "6.8.0-87-generic"
 
+PHYS_STATE_CODES = {"Sleep": 1, "Polling": 2, "Disabled": 3, "PortConfigurationTraining": 4, "LinkUp": 5,
+                    "LinkErrorRecovery": 6, "PhyTest": 7}
+
 CLOCK_REASON_BITS = [
     ("gpu_idle", 0x1), ("applications_clocks_setting", 0x2), ("sw_power_cap", 0x4), ("hw_slowdown", 0x8),
     ("sync_boost", 0x10), ("sw_thermal_slowdown", 0x20), ("hw_thermal_slowdown", 0x40),
@@ -89,6 +92,7 @@ def base_state(hostname="b300a"):
             "netdev": "ibp%ds0" % bus, "link_layer": "InfiniBand", "rate": "400 Gb/sec (4X NDR)", "rate_n": 400,
             "state": "ACTIVE", "phys_state": "LinkUp", "lid": 11 + i * 2 + (0 if hostname == "b300a" else 40),
             "sm_lid": 1, "role": "data", "gpu": i, "class": "0x020700",
+            "pcie_width": 16,
         })
     nics.append({
         "name": "mlx5_8", "bus": FM_NIC_BUS, "pci": pci_addr(FM_NIC_BUS), "numa": 1,
@@ -99,7 +103,7 @@ def base_state(hostname="b300a"):
         "device_type": "ConnectX7", "guid": _guid(hostname, "nic", 8),
         "netdev": "enp%ds0np0" % FM_NIC_BUS, "link_layer": "Ethernet", "rate": "25 Gb/sec (1X EDR)", "rate_n": 25,
         "state": "ACTIVE", "phys_state": "LinkUp", "lid": 0, "sm_lid": 0, "role": "fabric_manager", "gpu": None,
-        "class": "0x020000",
+        "class": "0x020000", "pcie_width": 16,
     })
     return {
         "scenario": "healthy", "hostname": hostname, "synthesized": True,
@@ -122,6 +126,11 @@ def base_state(hostname="b300a"):
         "gpus": gpus, "nics": nics,
         "nccl": {"peak_1node": 872.0, "lat_1node_us": 21.0, "peak_2node_ring": 371.0, "peak_2node_tree": 478.0,
                  "lat_2node_us": 38.0, "local_copy": 2650.0, "wrong": {}, "hang_on_call": None, "note": ""},
+        # --- what the on-call triage reads (rendered by add_triage_tree / the kmsg, devlink, lspci stand-ins) ---
+        # per device overrides; absent = healthy (zero counters, full links, no ACS, healthy reporters)
+        "triage": {"counters": {}, "hw_counters": {}, "aer": {}, "devlink": {}, "acs": {}, "kmsg": [],
+                   "peermem": True, "cmdline": "BOOT_IMAGE=/vmlinuz-%s root=/dev/md0 ro iommu=pt" % KERNEL,
+                   "traffic": {}},
     }
 
 
@@ -303,6 +312,7 @@ def gpu_element(st, g, tmpl):
               "bandwidth": "Degraded" if degraded else "Full",
               "route_recovery_in_progress": "False", "route_unhealthy": "False",
               "access_timeout_recovery": "False", "incorrect_configuration": "None", "partition_assigned": "N/A"}
+    health.update(g.get("fabric_health") or {})
     for k, v in health.items():
         s("fabric/health/" + k, v)
     sc = e.find("supported_clocks")
@@ -971,7 +981,7 @@ def build_sys_tree(st, dest):
             _w(os.path.join(p, "class"), n["class"] + "\n")
             _w(os.path.join(p, "subsystem_vendor"), "0x15b3\n")
             _w(os.path.join(p, "current_link_speed"), "64.0 GT/s PCIe\n" if n["model"] == "ConnectX-8" else "32.0 GT/s PCIe\n")
-            _w(os.path.join(p, "current_link_width"), "16\n")
+            _w(os.path.join(p, "current_link_width"), "%d\n" % n.get("pcie_width", 16))
             _ln(os.path.join(dest, "bus", "pci", "drivers", "mlx5_core"), os.path.join(p, "driver"))
             _ln(p, os.path.join(dest, "bus", "pci", "drivers", "mlx5_core", addr))
             ibd = os.path.join(p, "infiniband", n["name"])
@@ -986,7 +996,7 @@ def build_sys_tree(st, dest):
             pd = os.path.join(ibd, "ports", "1")
             state_code = {"ACTIVE": 4, "DOWN": 1, "INIT": 2, "ARMED": 3}[n["state"]]
             _w(os.path.join(pd, "state"), "%d: %s\n" % (state_code, n["state"]))
-            _w(os.path.join(pd, "phys_state"), "%d: %s\n" % (5 if n["phys_state"] == "LinkUp" else 3, n["phys_state"]))
+            _w(os.path.join(pd, "phys_state"), "%d: %s\n" % (PHYS_STATE_CODES.get(n["phys_state"], 3), n["phys_state"]))
             _w(os.path.join(pd, "rate"), n["rate"] + "\n")
             _w(os.path.join(pd, "link_layer"), n["link_layer"] + "\n")
             _w(os.path.join(pd, "lid"), "0x%x\n" % n["lid"])
@@ -1192,3 +1202,233 @@ def default_ar_opts(**kw):
          "blocking": 0, "graph": 0, "agg": 1, "ranks_per_node": 8}
     o.update(kw)
     return o
+
+
+# --------------------------------------------------------------------------------------------- on-call triage
+# What tools/triage reads beyond the facts: kernel log (journalctl -k / dmesg stand-ins), devlink health, IB port
+# error counters and RDMA hw_counters, PCIe max link + bridge links + AER, ACS (lspci/setpci stand-ins), IOMMU,
+# nvidia_peermem. Written by add_triage_tree() on a scenario switch (not part of the rendered fixtures, like the
+# traffic counters); scenario overrides live in st["triage"].
+IB_ERROR_COUNTERS = ("link_downed", "link_error_recovery", "symbol_error", "port_rcv_errors",
+                     "port_rcv_remote_physical_errors", "port_rcv_switch_relay_errors", "local_link_integrity_errors",
+                     "excessive_buffer_overrun_errors", "port_xmit_discards", "port_xmit_constraint_errors",
+                     "port_rcv_constraint_errors", "VL15_dropped", "port_xmit_wait", "unicast_rcv_packets",
+                     "unicast_xmit_packets", "multicast_rcv_packets", "multicast_xmit_packets")
+RDMA_HW_COUNTERS = ("duplicate_request", "implied_nak_seq_err", "lifespan", "local_ack_timeout_err", "out_of_buffer",
+                    "out_of_sequence", "packet_seq_err", "req_cqe_error", "req_cqe_flush_error",
+                    "req_remote_access_errors", "req_remote_invalid_request", "resp_cqe_error", "resp_cqe_flush_error",
+                    "resp_local_length_error", "resp_remote_access_errors", "rnr_nak_retry_err", "rx_atomic_requests",
+                    "rx_read_requests", "rx_write_requests")
+AER_COR = ("RxErr", "BadTLP", "BadDLLP", "Rollover", "Timeout", "NonFatalErr", "CorrIntErr", "HeaderOF")
+AER_UNCOR = ("Undefined", "DLP", "SDES", "TLP", "FCP", "CmpltTO", "CmpltAbrt", "UnxCmplt", "RxOF", "MalfTLP", "ECRC",
+             "UnsupReq", "ACSViol", "UncorrIntErr", "BlockedTLP", "AtomicOpBlocked", "TLPBlockedErr",
+             "PoisonTLPBlocked")
+
+
+def _aer_text(names, values, total_name):
+    vals = values or {}
+    lines = ["%s %d" % (n, vals.get(n, 0)) for n in names]
+    lines.append("%s %d" % (total_name, sum(vals.get(n, 0) for n in names)))
+    return "\n".join(lines) + "\n"
+
+
+def max_link(kind, n=None):
+    """(max speed text, max width) of a PCI function: Gen6 x16 for the B300 GPU, CX8 and the switch ports, Gen5 for
+    the CX7 and the host root ports."""
+    if kind == "root_port" or (kind == "nic" and n is not None and n["model"] != "ConnectX-8"):
+        return "32.0 GT/s PCIe", 16
+    return "64.0 GT/s PCIe", 16
+
+
+def add_triage_tree(st, tree):
+    """Write the triage's sysfs files into a rendered tree (see the section comment)."""
+    tri = st["triage"]
+    devs = pci_layout(st)
+    D = os.path.join(tree, "devices")
+    for addr, d in sorted(devs.items()):
+        p = os.path.join(D, *d["path"])
+        kind = d["kind"]
+        ms, mw = max_link(kind, d.get("obj"))
+        _w(os.path.join(p, "max_link_speed"), ms + "\n")
+        _w(os.path.join(p, "max_link_width"), "%d\n" % mw)
+        if kind in ("root_port", "switch_up", "switch_down"):
+            _w(os.path.join(p, "current_link_speed"), ms + "\n")
+            _w(os.path.join(p, "current_link_width"), "%d\n" % tri.get("bridge_width", {}).get(addr, mw))
+        aer = tri["aer"].get(addr, {})
+        _w(os.path.join(p, "aer_dev_correctable"), _aer_text(AER_COR, aer.get("correctable"), "TOTAL_ERR_COR"))
+        _w(os.path.join(p, "aer_dev_nonfatal"), _aer_text(AER_UNCOR, aer.get("nonfatal"), "TOTAL_ERR_NONFATAL"))
+        _w(os.path.join(p, "aer_dev_fatal"), _aer_text(AER_UNCOR, aer.get("fatal"), "TOTAL_ERR_FATAL"))
+        if kind in ("gpu", "nic"):
+            grp = os.path.join(tree, "kernel", "iommu_groups", str(int(addr.split(":")[1], 16)))
+            _w(os.path.join(grp, "type"), tri.get("iommu_group_type", "identity") + "\n")
+            _ln(grp, os.path.join(p, "iommu_group"))
+    for n in st["nics"]:
+        if n["link_layer"] != "InfiniBand":
+            continue
+        pd = os.path.join(tree, "class", "infiniband", n["name"], "ports", "1")
+        c = tri["counters"].get(n["name"], {})
+        for name in IB_ERROR_COUNTERS:
+            _w(os.path.join(pd, "counters", name), "%d\n" % c.get(name, 0))
+        h = tri["hw_counters"].get(n["name"], {})
+        for name in RDMA_HW_COUNTERS:
+            _w(os.path.join(pd, "hw_counters", name), "%d\n" % h.get(name, 10 if name == "lifespan" else 0))
+    if tri["peermem"]:
+        _w(os.path.join(tree, "module", "nvidia_peermem", "version"), st["driver_version"] + "\n")
+    for unit in ("dmar0", "dmar1"):
+        os.makedirs(os.path.join(tree, "class", "iommu", unit), exist_ok=True)
+    return tree
+
+
+def proc_files(st):
+    """{name: text} of the emulated /proc files the triage reads (cmdline, modules)."""
+    mods = [("nvidia_uvm", 4956160, 0, "-"), ("nvidia_drm", 135168, 0, "-"), ("nvidia_modeset", 1568768, 1, "nvidia_drm,"),
+            ("nvidia", 109314048, 3, "nvidia_uvm,nvidia_peermem,nvidia_modeset,") if st["triage"]["peermem"]
+            else ("nvidia", 109314048, 2, "nvidia_uvm,nvidia_modeset,")]
+    if st["triage"]["peermem"]:
+        mods.insert(0, ("nvidia_peermem", 16384, 0, "-"))
+    mods += [("mlx5_ib", 569344, 0, "-"),
+             ("ib_uverbs", 200704, 3 if st["triage"]["peermem"] else 2,
+              "nvidia_peermem,rdma_ucm,mlx5_ib," if st["triage"]["peermem"] else "rdma_ucm,mlx5_ib,"),
+             ("ib_core", 507904, 8, "rdma_cm,ib_ipoib,iw_cm,ib_umad,rdma_ucm,ib_uverbs,mlx5_ib,ib_cm,"),
+             ("mlx5_core", 2859008, 1, "mlx5_ib,")]
+    modules = "".join("%s %d %d %s Live 0x0000000000000000 (O)\n" % m for m in mods)
+    return {"cmdline": st["triage"]["cmdline"] + "\n", "modules": modules}
+
+
+def render_lsmod(st):
+    out = ["Module                  Size  Used by"]
+    for ln in proc_files(st)["modules"].splitlines():
+        name, size, used, users = ln.split()[:4]
+        users = "" if users == "-" else users.rstrip(",")
+        out.append("%-24s%8s  %s %s" % (name, size, used, users))
+    return "\n".join(out) + "\n"
+
+
+def kmsg_events(st, boot_epoch, now):
+    """[(epoch, text)] of the emulated kernel ring buffer: boot lines (seconds after boot_epoch) and the scenario's
+    lines (minutes before now, st["triage"]["kmsg"] = [(minutes_ago, text)])."""
+    ev = [(boot_epoch + 4.1, "NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  %s  Release Build" % st["driver_version"])]
+    for i, n in enumerate(x for x in st["nics"]):
+        ev.append((boot_epoch + 6.0 + 0.01 * i, "mlx5_core %s: firmware version: %s" % (n["pci"], nic_running_fw(n))))
+        if n["link_layer"] == "InfiniBand":
+            ev.append((boot_epoch + 9.0 + 0.01 * i, "mlx5_core %s %s: Port: 1 Link INIT" % (n["pci"], n["name"])))
+            if n["state"] == "ACTIVE":
+                ev.append((boot_epoch + 11.0 + 0.01 * i, "mlx5_core %s %s: Port: 1 Link ACTIVE" % (n["pci"], n["name"])))
+    if st["triage"]["peermem"]:
+        ev.append((boot_epoch + 12.5, "nvidia-peermem: module loaded"))
+    for mins, text in st["triage"]["kmsg"]:
+        ev.append((now - mins * 60.0, text))
+    return sorted(ev, key=lambda e: e[0])
+
+
+def render_devlink_health(st, as_json=False):
+    rep = {}
+    for n in st["nics"]:
+        dl = st["triage"]["devlink"].get(n["name"], {})
+        fw = dl.get("fw", {"state": "healthy", "error": 0, "recover": 0})
+        ff = dl.get("fw_fatal", {"state": "healthy", "error": 0, "recover": 0})
+        rep["pci/" + n["pci"]] = [
+            dict({"reporter": "fw", "auto_dump": True}, **fw),
+            dict({"reporter": "fw_fatal", "grace_period": 1200000, "auto_recover": True, "auto_dump": True}, **ff)]
+    if as_json:
+        return json.dumps({"health": rep}) + "\n"
+    out = []
+    for dev, reps in rep.items():
+        out.append("%s:" % dev)
+        for r in reps:
+            out.append("  reporter %s" % r["reporter"])
+            kv = ["state %s error %d recover %d" % (r["state"], r["error"], r["recover"])]
+            if r.get("last_dump_date"):
+                kv.append("last_dump_date %s last_dump_time %s" % (r["last_dump_date"], r["last_dump_time"]))
+            if "grace_period" in r:
+                kv.append("grace_period %d" % r["grace_period"])
+            if "auto_recover" in r:
+                kv.append("auto_recover %s" % str(r["auto_recover"]).lower())
+            kv.append("auto_dump %s" % str(r["auto_dump"]).lower())
+            out.append("    " + " ".join(kv))
+    return "\n".join(out) + "\n"
+
+
+def render_devlink_diagnose(st, pci, reporter):
+    n = next((x for x in st["nics"] if x["pci"] == pci), None)
+    if n is None:
+        return None
+    dl = st["triage"]["devlink"].get(n["name"], {}).get(reporter, {})
+    synd = dl.get("syndrome", 0)
+    if reporter == "fw":
+        return " Syndrome: %d\n" % synd if not synd else " Syndrome: %d Description: %s\n" % (synd, dl.get("description", ""))
+    return " Syndrome: %d\n" % synd
+
+
+ACS_BITS = ("SrcValid", "TransBlk", "ReqRedir", "CmpltRedir", "UpstreamFwd", "EgressCtrl", "DirectTrans")
+
+
+def acs_word(bits):
+    return sum(1 << i for i, b in enumerate(ACS_BITS) if b in bits)
+
+
+def render_lspci_vvv(st, bdf):
+    """The part of `lspci -vvv -s BDF` the triage reads (link and ACS of bridges), or None for an unknown function."""
+    devs = pci_layout(st)
+    d = devs.get(bdf)
+    if d is None:
+        return None
+    kind = d["kind"]
+    ms, mw = max_link(kind, d.get("obj"))
+    if kind in ("root_port", "switch_up", "switch_down"):
+        cw = st["triage"].get("bridge_width", {}).get(bdf, mw)
+        cs = ms
+        title = {"root_port": "PCI bridge: Intel Corporation Device 352a (rev 04) (prog-if 00 [Normal decode])",
+                 "switch_up": "PCI bridge: Broadcom / LSI PEX890xx PCIe Gen 6 Switch (rev b0) (prog-if 00 [Normal decode])",
+                 "switch_down": "PCI bridge: Broadcom / LSI PEX890xx PCIe Gen 6 Switch (rev b0) (prog-if 00 [Normal decode])"}[kind]
+    elif kind == "gpu":
+        cw, cs, title = 16, ms, "3D controller: NVIDIA Corporation Device %s (rev a1)" % st["pci_device_id"]
+    else:
+        n = d["obj"]
+        cw, cs = n.get("pcie_width", 16), ms
+        title = "Infiniband controller: Mellanox Technologies %s Family [%s]" % (n["device_type"], n["model"])
+    sp = lambda t: t.replace(".0 GT/s PCIe", "GT/s")  # noqa: E731
+    out = ["%s %s" % (bdf[5:], title), "\tCapabilities: [68] Express (v2) %s" % (
+        "Downstream Port (Slot+), MSI 00" if kind == "switch_down" else
+        "Upstream Port, MSI 00" if kind == "switch_up" else "Root Port (Slot+), MSI 00" if kind == "root_port"
+        else "Endpoint, MSI 00"),
+        "\t\tLnkCap:\tPort #0, Speed %s, Width x%d, ASPM not supported" % (sp(ms), mw),
+        "\t\tLnkSta:\tSpeed %s, Width x%d%s" % (sp(cs), cw, " (downgraded)" if cw < mw else "")]
+    if kind in ("switch_up", "switch_down", "root_port"):
+        bits = set(st["triage"]["acs"].get(bdf, ()))
+        out += ["\tCapabilities: [180 v1] Access Control Services",
+                "\t\tACSCap:\t" + " ".join(b + "+" for b in ACS_BITS[:6]) + " DirectTrans-",
+                "\t\tACSCtl:\t" + " ".join(b + ("+" if b in bits else "-") for b in ACS_BITS)]
+    out.append("\tKernel driver in use: %s" % {"gpu": "nvidia", "nic": "mlx5_core"}.get(kind, "pcieport"))
+    return "\n".join(out) + "\n"
+
+
+def perftest_output(st, dev, gbps, size, iters, use_cuda, server):
+    """ib_write_bw output in perftest's layout (--report_gbits)."""
+    n = next(x for x in st["nics"] if x["name"] == dev)
+    out = []
+    if server:
+        out += ["", "************************************", "* Waiting for client to connect... *",
+                "************************************"]
+    if use_cuda is not None:
+        g = st["gpus"][use_cuda]
+        out += ["initializing CUDA", "Listing all CUDA devices in system:"]
+        out += ["CUDA device %d: PCIe address is %02X:00" % (x["index"], x["bus"]) for x in st["gpus"]]
+        out += ["", "Picking device No. %d" % use_cuda,
+                "[pid = %d, dev = %d] device name = [%s]" % (os.getpid(), use_cuda, st["gpu_name"]),
+                "creating CUDA Ctx", "making it the current CUDA Ctx", "cuMemAlloc() of a %d bytes GPU buffer" % (size * 2),
+                "allocated GPU buffer address at 00007f3fa4000000 pointer=0x7f3fa4000000"]
+        _ = g
+    sep = "-" * 87
+    out += [sep, "                    RDMA_Write BW Test",
+            " Dual-port       : OFF\t\tDevice         : %s" % dev,
+            " Number of qps   : 1\t\tTransport type : IB",
+            " Connection type : RC\t\tUsing SRQ      : OFF",
+            " PCIe relax order: ON", " ibv_wr* API     : ON", " TX depth        : 128", " CQ Moderation   : 1",
+            " Mtu             : 4096[B]", " Link type       : IB", " Max inline data : 0[B]",
+            " rdma_cm QPs\t : OFF", " Data ex. method : Ethernet", sep,
+            " local address: LID %#06x QPN 0x0123 PSN 0x6e2f1a RKey 0x1fff00 VAddr 0x007f3fa4800000" % n["lid"],
+            " remote address: LID %#06x QPN 0x0124 PSN 0x2d1c07 RKey 0x1fff01 VAddr 0x007f3fa4000000" % n["lid"], sep,
+            " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]",
+            " %-10d %-14d %-18.2f %-20.2f %.6f" % (size, iters, gbps * 1.004, gbps, gbps * 1e9 / 8 / size / 1e6), sep]
+    return "\n".join(out) + "\n"

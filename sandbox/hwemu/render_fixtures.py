@@ -39,6 +39,17 @@ DESCRIPTIONS = {
     "driver_r610": "driver 610.43.02: plain nvidia-smi banner says KMD Version / CUDA UMD Version",
     "abs_temp_fields": "XML temperature uses absolute gpu_temp_max_threshold/gpu_temp_slow_threshold fields "
                        "instead of the T.Limit-relative ones",
+    "cx8_fw_timeouts": "cx8_fw_mismatch plus 14 mlx5 command-timeout kernel lines and local_ack_timeout_err rising on "
+                       "mlx5_3 only (triage; kernel log and counters are not in these fixtures)",
+    "ib_port_flap": "mlx5_5 went down and up 6 times in the last hour, link_downed 6 (triage overlay only)",
+    "ib_port_half_rate": "mlx5_2 port trained at 200 Gb/sec (2X NDR) instead of 400",
+    "nic_pcie_x8": "mlx5_6 PCIe link x8 of x16",
+    "pcie_aer_nonfatal": "mlx5_1 uncorrectable non-fatal AER errors (triage overlay only)",
+    "peermem_missing": "nvidia_peermem not loaded (triage overlay only)",
+    "acs_enabled": "ACS redirect on the switch port above mlx5_4 (triage overlay only)",
+    "gpu_xid79": "GPU 6 Xid 79 (fallen off the bus) in the kernel log; gpu_recovery_action Node Reboot Required",
+    "fabric_degraded": "every GPU's fabric health Limited Capacity / bandwidth Degraded / route unhealthy",
+    "gpu_hot_96c": "GPU 3 at 96 C with HW/SW thermal slowdown active and violation counters",
 }
 
 
@@ -124,11 +135,16 @@ def render_scenario(name, out_dir):
         w("all_reduce_hang.txt", "\n".join(hdr[:cut]) + "\n")
     w("expect.json", json.dumps(expectations(st, ar1, ar2), indent=1, sort_keys=True) + "\n")
     model.build_sys_tree(st, os.path.join(d, "sys"))
-    base = os.path.join(out_dir, "healthy", "sys")
-    if name != "healthy" and os.path.isdir(base) and not os.path.islink(base) and same_tree(base, os.path.join(d, "sys")):
-        # identical sysfs: keep one copy (relative symlink) instead of ~450 duplicate files per scenario
-        shutil.rmtree(os.path.join(d, "sys"))
-        os.symlink(os.path.join("..", "healthy", "sys"), os.path.join(d, "sys"))
+    # identical sysfs: keep one copy (relative symlink to healthy's, else to the first scenario with the same tree, in
+    # the order scenarios.py lists them) instead of ~450 duplicate files per scenario
+    for other in ["healthy"] + [n for n in scenarios.SCENARIOS if n != "healthy"]:
+        base = os.path.join(out_dir, other, "sys")
+        if other == name:
+            break
+        if os.path.isdir(base) and not os.path.islink(base) and same_tree(base, os.path.join(d, "sys")):
+            shutil.rmtree(os.path.join(d, "sys"))
+            os.symlink(os.path.join("..", other, "sys"), os.path.join(d, "sys"))
+            break
     return d
 
 

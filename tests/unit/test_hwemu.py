@@ -1,6 +1,7 @@
 """Tests of the emulated B300/CX8 hardware (sandbox/hwemu) and its SYNTHESIZED fixtures (tests/fixtures/synth)."""
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -327,3 +328,90 @@ def test_h200_real_replays_captures(emu, real_fixtures):
     assert emu("nvidia-smi", "topo", "-m").stdout == (real_fixtures / "nvidia-h200-vm" / "topo.txt").read_text()
     assert emu("nvidia-smi", "nvlink", "-s").stdout == ""
     assert emu("ibstat", check=False).returncode == 127
+
+
+# ----------------------------------------------------------------------------------------- triage stand-ins
+def test_triage_kernel_log_window_formats_and_passthrough(emu):
+    p = emu("journalctl", "-k", "-o", "short-iso", "--since", "-2h", scenario="cx8_fw_timeouts")
+    lines = p.stdout.splitlines()
+    tmo = [ln for ln in lines if "mlx5_core 0000:5f:00.0" in ln and ("No done completion" in ln or "Will cause a leak" in ln)]
+    assert len(tmo) == 14 and all(" b300a kernel: " in ln for ln in tmo)
+    assert not any("firmware version" in ln for ln in lines)          # boot lines are older than 2 h
+    short = emu("journalctl", "-k", "--since", "-30min").stdout
+    assert 2 <= sum("INIT2RTR_QP" in ln or "2ERR_QP" in ln or "MODIFY_CQ" in ln for ln in short.splitlines()) <= 6
+    dm = emu("dmesg", "--time-format", "iso").stdout.splitlines()
+    assert any("firmware version: 40.44.1036" in ln and "mlx5_core 0000:5f:00.0" in ln for ln in dm)
+    assert re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d,\d{6}[+-]\d\d:\d\d ", dm[0])
+    mono = emu("dmesg").stdout.splitlines()
+    assert re.match(r"^\[\s*\d+\.\d{6}\] NVRM: loading", mono[0])
+    bad = emu("journalctl", "-k", "--since", "yesterday-ish", check=False)
+    assert bad.returncode == 1 and "Failed to parse timestamp" in bad.stderr
+
+
+def test_triage_devlink_lspci_setpci_lsmod(emu):
+    js = json.loads(emu("devlink", "-j", "health", "show", scenario="acs_enabled").stdout)
+    assert js["health"]["pci/0000:5f:00.0"][1] == {"reporter": "fw_fatal", "grace_period": 1200000, "auto_recover": True,
+                                                   "auto_dump": True, "state": "healthy", "error": 0, "recover": 0}
+    txt = emu("devlink", "health", "show").stdout
+    assert "pci/0000:1a:00.0:\n  reporter fw\n    state healthy error 0 recover 0 auto_dump true\n" in txt
+    assert emu("devlink", "health", "diagnose", "pci/0000:1a:00.0", "reporter", "fw").stdout == " Syndrome: 0\n"
+    lsp = emu("lspci", "-vvv", "-s", "0000:99:01.0").stdout
+    assert "ACSCtl:\tSrcValid+ TransBlk- ReqRedir+ CmpltRedir+ UpstreamFwd+ EgressCtrl- DirectTrans-" in lsp
+    every = emu("lspci", "-vvv").stdout
+    assert every.count("ACSCtl:") == 33 and every.count("Kernel driver in use: mlx5_core") == 9
+    assert emu("setpci", "-s", "0000:99:01.0", "ECAP_ACS+0x6.w").stdout == "001d\n"
+    assert emu("setpci", "-s", "0000:98:00.0", "ECAP_ACS+0x6.w").stdout == "0000\n"
+    assert emu("setpci", "-s", "0000:99:01.0", "ECAP_ACS+0x6.w=0000", check=False).returncode == 1
+    assert "nvidia_peermem" in emu("lsmod").stdout
+    assert "nvidia_peermem" not in emu("lsmod", scenario="peermem_missing").stdout
+    tree = emu.dir / "sys"
+    assert not (tree / "module" / "nvidia_peermem").exists()
+    assert "nvidia_peermem" not in (emu.dir / "proc" / "modules").read_text()
+    assert "iommu=pt" in (emu.dir / "proc" / "cmdline").read_text()
+
+
+def test_triage_sysfs_overlay_counters_links_aer(emu):
+    emu("hwemu-scenario", "ib_port_flap")
+    tree = emu.dir / "sys"
+    port = tree / "class" / "infiniband" / "mlx5_5" / "ports" / "1"
+    assert (port / "counters" / "link_downed").read_text() == "6\n"
+    assert (port / "hw_counters" / "local_ack_timeout_err").read_text() == "0\n"
+    assert (tree / "bus" / "pci" / "devices" / "0000:ad:00.0" / "max_link_width").read_text() == "16\n"
+    assert "TOTAL_ERR_NONFATAL 0" in (tree / "bus" / "pci" / "devices" / "0000:ad:00.0" / "aer_dev_nonfatal").read_text()
+    assert (tree / "bus" / "pci" / "devices" / "0000:aa:01.0" / "current_link_width").read_text() == "16\n"
+    assert os.path.realpath(tree / "bus" / "pci" / "devices" / "0000:ad:00.0" / "iommu_group").endswith("kernel/iommu_groups/173")
+    emu("hwemu-scenario", "nic_pcie_x8")
+    assert (tree / "bus" / "pci" / "devices" / "0000:bc:00.0" / "current_link_width").read_text() == "8\n"
+    emu("hwemu-scenario", "pcie_aer_nonfatal")
+    aer = (tree / "bus" / "pci" / "devices" / "0000:2c:00.0" / "aer_dev_nonfatal").read_text()
+    assert "CmpltTO 3\n" in aer and "TOTAL_ERR_NONFATAL 3\n" in aer
+
+
+def test_triage_ib_write_bw_loopback_and_nccl_through_one_nic(emu):
+    emu("hwemu-scenario", "cx8_fw_timeouts")
+    env = dict(emu.env)
+    base = [str(emu.dir / "bin" / "ib_write_bw"), "-d", "mlx5_3", "--use_cuda=3", "-s", "8388608", "--report_gbits",
+            "-p", "18600"]
+    srv = subprocess.Popen(base, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    cli = subprocess.run(base + ["127.0.0.1"], env=env, capture_output=True, text=True, timeout=30)
+    sout, _err = srv.communicate(timeout=30)
+    assert cli.returncode == 0 and srv.returncode == 0, (cli.stderr, _err)
+    assert "* Waiting for client to connect... *" in sout and "Picking device No. 3" in cli.stdout
+    row = [ln for ln in cli.stdout.splitlines() if ln.strip().startswith("8388608")]
+    assert row and 380 < float(row[0].split()[3]) < 400
+    hw = emu.dir / "sys" / "class" / "infiniband" / "mlx5_3" / "ports" / "1" / "hw_counters" / "local_ack_timeout_err"
+    assert hw.read_text() == "%d\n" % (212 + 3412)
+    nccl = {"NCCL_IB_HCA": "=mlx5_3", "NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1", "NCCL_DEBUG": "INFO"}
+    first = emu("all_reduce_perf", "-b", "8M", "-e", "64M", "-g", "8", extra_env=nccl)
+    big = [ln for ln in first.stdout.splitlines() if ln.strip().startswith("67108864")]
+    assert big and 30 < float(big[0].split()[7]) < 45            # one 400G NIC carries every byte
+    second = emu("all_reduce_perf", "-b", "8M", "-e", "64M", "-g", "8", extra_env=nccl, check=False)
+    assert second.returncode != 0
+    assert "status=IBV_WC_RETRY_EXC_ERR(12) opcode=IBV_WC_RDMA_WRITE(1) vendor_err=129 hca mlx5_3" in second.stdout
+    assert hw.read_text() == "%d\n" % (212 + 3 * 3412)
+    other = emu("all_reduce_perf", "-b", "8M", "-e", "64M", "-g", "8", extra_env=dict(nccl, NCCL_IB_HCA="=mlx5_2"))
+    assert "NCCL WARN" not in other.stdout
+    hw2 = emu.dir / "sys" / "class" / "infiniband" / "mlx5_2" / "ports" / "1" / "hw_counters" / "local_ack_timeout_err"
+    assert hw2.read_text() == "0\n"
+    p = emu(*(["ib_write_bw"] + base[1:] + ["127.0.0.1"]), scenario="peermem_missing", check=False)
+    assert p.returncode == 1 and "Couldn't allocate MR" in p.stderr

@@ -1,0 +1,213 @@
+# -*- coding: utf-8 -*-
+"""IB port state and error counters, RDMA transport counters and devlink health of the triage (stdlib only).
+
+Sources (``../shared/reference/oncall-triage-anchors.md`` R2-R5):
+  * ``<sysfs>/class/infiniband/<dev>/ports/<p>/{state,phys_state,rate}``, ``counters/*`` (IB port error counters) and
+    ``hw_counters/*`` (mlx5 RDMA transport counters) -- :func:`read_port`;
+  * ``rdma statistic show`` text (``link mlx5_0/1 rx_write_requests 0 ...``) -- `parse_rdma_stat`;
+  * ``devlink health show`` text and ``devlink -j health show`` JSON -- :func:`parse_devlink_health`;
+    ``devlink health diagnose ... reporter fw`` (``Syndrome: N``) -- :func:`parse_devlink_diagnose`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+
+# IB port error counters the rules judge (anchors R4; names as sysfs and gpud spell them)
+ERROR_COUNTERS = ("link_downed", "link_error_recovery", "symbol_error", "port_rcv_errors",
+                  "port_rcv_remote_physical_errors", "local_link_integrity_errors", "excessive_buffer_overrun_errors",
+                  "port_xmit_discards", "port_rcv_switch_relay_errors", "VL15_dropped", "port_rcv_constraint_errors",
+                  "port_xmit_constraint_errors")
+# the ones whose growth during the triage is a fault (R4); the rest are reported
+ERROR_COUNTERS_FAULT = ("link_downed", "symbol_error", "link_error_recovery", "local_link_integrity_errors",
+                        "port_rcv_errors", "excessive_buffer_overrun_errors")
+REPORT_ONLY = ("port_xmit_wait", "port_xmit_data", "port_rcv_data", "port_xmit_packets", "port_rcv_packets")
+# RDMA transport counters (R5): growth of the first two during traffic is a fault on that NIC, the others a suspicion
+HW_COUNTERS_FAULT = ("local_ack_timeout_err", "packet_seq_err")
+HW_COUNTERS_SUSPECT = ("out_of_sequence", "implied_nak_seq_err", "rnr_nak_retry_err", "req_cqe_error",
+                       "req_cqe_flush_error", "resp_cqe_error", "req_remote_access_errors", "resp_remote_access_errors",
+                       "req_transport_retries_exceeded", "out_of_buffer", "duplicate_request")
+
+
+def _read(path):
+    try:
+        with open(path) as fh:
+            return fh.read().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _int(text):
+    try:
+        return int(str(text).strip(), 0)
+    except (TypeError, ValueError):
+        return None
+
+
+def _counters_dir(path):
+    out = {}
+    try:
+        names = sorted(os.listdir(path))
+    except OSError:
+        return None
+    for n in names:
+        v = _int(_read(os.path.join(path, n)))
+        if v is not None:
+            out[n] = v
+    return out
+
+
+def parse_state(text):
+    """``4: ACTIVE`` -> (4, 'ACTIVE'); ``5: LinkUp`` -> (5, 'LinkUp'); None parts when unreadable."""
+    m = re.match(r"^\s*(\d+)\s*:\s*(\S+)", text or "")
+    return (int(m.group(1)), m.group(2)) if m else (None, (text or None))
+
+
+def parse_rate_gbps(text):
+    """``400 Gb/sec (4X NDR)`` -> 400; ``12.5 Gb/sec`` -> 12.5; None otherwise."""
+    m = re.match(r"^\s*(\d+(?:\.\d+)?)\s*Gb/sec", text or "")
+    if not m:
+        return None
+    f = float(m.group(1))
+    return int(f) if f.is_integer() else f
+
+
+def read_port(sysfs_root, dev, port="1"):
+    """One port's state and counters from sysfs. counters/hw_counters are None when the directory is missing."""
+    p = os.path.join(sysfs_root or "/sys", "class", "infiniband", dev, "ports", str(port))
+    sc, sn = parse_state(_read(os.path.join(p, "state")))
+    pc, pn = parse_state(_read(os.path.join(p, "phys_state")))
+    rate = _read(os.path.join(p, "rate"))
+    return {"device": dev, "port": str(port), "state": sn, "state_code": sc, "phys_state": pn, "phys_state_code": pc,
+            "rate": rate, "rate_gbps": parse_rate_gbps(rate), "link_layer": _read(os.path.join(p, "link_layer")),
+            "counters": _counters_dir(os.path.join(p, "counters")),
+            "hw_counters": _counters_dir(os.path.join(p, "hw_counters"))}
+
+
+def read_ports(sysfs_root, devices):
+    """{dev: {port: read_port(...)}} for the given device names (every port listed in sysfs)."""
+    out = {}
+    for dev in devices:
+        base = os.path.join(sysfs_root or "/sys", "class", "infiniband", dev, "ports")
+        try:
+            ports = sorted(os.listdir(base), key=lambda x: (len(x), x))
+        except OSError:
+            ports = []
+        out[dev] = {p: read_port(sysfs_root, dev, p) for p in ports}
+    return out
+
+
+def parse_rdma_stat(text):
+    """``rdma statistic show`` (one line per link, or ``-p`` with one counter per indented line) ->
+    {"mlx5_0/1": {counter: value}}. Lines wrapped between a counter name and its value (mail, terminals) are fine:
+    the text of one link is joined before it is split."""
+    out = {}
+    blocks = re.split(r"(?m)^\s*link\s+", text or "")
+    for b in blocks[1:]:
+        toks = b.split()
+        if not toks:
+            continue
+        name = toks[0]
+        vals = out.setdefault(name, {})
+        i = 1
+        while i + 1 < len(toks):
+            v = _int(toks[i + 1])
+            if v is not None and _int(toks[i]) is None:
+                vals[toks[i]] = v
+                i += 2
+            else:
+                i += 1
+    return out
+
+
+# --------------------------------------------------------------------------- devlink health
+_DL_DEV_RE = re.compile(r"^(?P<dev>(?:pci|auxiliary)/\S+?):\s*$")
+_DL_REP_RE = re.compile(r"^\s*(?:reporter|name)\s+(?P<rep>\S+)\s*$")
+
+
+def _kv_tokens(text):
+    toks = text.split()
+    out = {}
+    i = 0
+    while i < len(toks):
+        k = toks[i]
+        if i + 1 < len(toks):
+            v = toks[i + 1]
+            out[k] = _int(v) if _int(v) is not None else v
+            i += 2
+        else:
+            i += 1
+    return out
+
+
+def parse_devlink_health(text):
+    """``devlink health show`` text or ``devlink -j health show`` JSON -> {dev: {reporter: {state, error, recover,
+    grace_period, auto_recover, auto_dump, last_dump_date, last_dump_time}}}. Raises ValueError on text that has
+    neither a device line nor JSON."""
+    t = (text or "").strip()
+    if not t:
+        return {}
+    if t.startswith("{"):
+        try:
+            doc = json.loads(t)
+        except ValueError as exc:
+            raise ValueError("devlink JSON not parseable: %s" % exc)
+        health = doc.get("health", doc)
+        out = {}
+        for dev, reps in health.items():
+            lst = reps if isinstance(reps, list) else [reps]
+            for r in lst:
+                name = r.get("reporter") or r.get("name")
+                if not name:
+                    continue
+                out.setdefault(dev, {})[name] = {k: v for k, v in r.items() if k not in ("reporter", "name")}
+        return out
+    out = {}
+    dev = rep = None
+    for ln in t.splitlines():
+        s = ln.strip().lstrip(">").strip() if ln.lstrip().startswith(">") else ln
+        m = _DL_DEV_RE.match(s.strip())
+        if m:
+            dev = m.group("dev")
+            out.setdefault(dev, {})
+            rep = None
+            continue
+        m = _DL_REP_RE.match(s)
+        if m and dev:
+            rep = out[dev].setdefault(m.group("rep"), {})
+            continue
+        if rep is not None and s.strip():
+            rep.update(_kv_tokens(s.strip()))
+    if not out:
+        raise ValueError("devlink health output has no device line (first line: %r)" % t.splitlines()[0][:120])
+    return out
+
+
+def parse_devlink_diagnose(text):
+    """``devlink health diagnose DEV reporter fw`` -> {syndrome: int or None, description, fields: {...}}."""
+    fields = {}
+    for ln in (text or "").splitlines():
+        for m in re.finditer(r"([A-Z][A-Za-z ]+?):\s*([^:]+?)(?=\s+[A-Z][A-Za-z ]+?:|$)", ln.strip()):
+            fields[m.group(1).strip()] = m.group(2).strip()
+    synd = fields.get("Syndrome")
+    return {"syndrome": _int(synd) if synd is not None else None, "description": fields.get("Description"),
+            "fields": fields}
+
+
+def devlink_for_pci(health, pci_address):
+    """The reporters of one PCI function from :func:`parse_devlink_health` output ({} when absent)."""
+    return (health or {}).get("pci/%s" % (pci_address or "").lower()) or {}
+
+
+# --------------------------------------------------------------------------- deltas
+def deltas(before, after):
+    """{name: after - before} for counters present in both (counters that went backwards -- a reset or a wrap --
+    give their after value: growth since the reset)."""
+    out = {}
+    for k, a in (after or {}).items():
+        b = (before or {}).get(k)
+        if b is None or a is None:
+            continue
+        out[k] = a - b if a >= b else a
+    return out

@@ -1,0 +1,884 @@
+# -*- coding: utf-8 -*-
+"""The on-call triage's rules: what one host's collection says, device by device, and the most likely cause.
+
+Input: the collection :mod:`triage_collect` returns for a host (kernel-log scan, devlink health, IB ports and counters
+read twice, PCIe links/AER/ACS of every data NIC, GPU and the bridges between them, IOMMU, GPUDirect, the rdma_nics and
+gpu_topology facts and the GPU fields of ``nvidia-smi -q -x``), optionally the health history (``health_history_read``
+module) and the traffic results (``--traffic``). Output: one verdict per device -- ``ok``, ``suspect`` or ``fault`` --
+with its findings (check, rule and its source, evidence lines, fix), the host's verdict, and the causes ranked by the
+evidence joined on each device; the first is the report's "most likely cause".
+
+Every threshold names its source: ``R<n>`` = ``../shared/reference/oncall-triage-anchors.md`` section 2 (the anchor
+tool and line it copies), ``row <n>`` = its comparison table, or ``ours`` (this project's choice, with the reason).
+Pure functions, stdlib only; fw_matrix judges the firmware like the gate does.
+"""
+from __future__ import annotations
+
+import time
+
+from ansible_collections.b300.rollout.plugins.module_utils import fw_matrix
+from ansible_collections.b300.rollout.plugins.module_utils.triage_counters import (
+    ERROR_COUNTERS, ERROR_COUNTERS_FAULT, HW_COUNTERS_FAULT, HW_COUNTERS_SUSPECT, deltas, devlink_for_pci)
+from ansible_collections.b300.rollout.plugins.module_utils.triage_gpu import THERMAL_COUNTERS, THERMAL_REASONS, \
+    counter_deltas
+from ansible_collections.b300.rollout.plugins.module_utils.triage_pcie import acs_enabled_bits
+
+VERDICTS = ("ok", "suspect", "fault")
+RANK = {"ok": 0, "suspect": 1, "fault": 2}
+
+# thresholds (each with its source)
+FLAP_FAULT = 5                 # R1/row 6: azhpc fails at >= 5 "lost carrier" per IB netdev in 24 h (NHC2005)
+GDR_BW_FRACTION = 0.9          # R11: azhpc check_ib_bw_gdr 360 on 400G links = 90 % of line rate
+AER_COR_FAULT = 480            # R6: DCGM fails a PCIe test at 480 correctable errors ("32/minute * 15 minutes")
+REPLAY_PER_MIN_LANE = {5: 1.92, 6: 3.84}   # R6: DCGM budget 1e-12 x lane rate x 60 s (Gen5 32 GT/s; Gen6 64 GT/s)
+TLIMIT_MARGIN_C = 5            # R12: gpud's "5 C margin" example; a GPU closer than this to max operating is suspect
+PEERMEM_FAULT = 2              # R1: "invalid context" lines fail "when repeated"
+THERMAL_HIST_FAULT_S = 1.0     # ours: any thermal violation time in the history window while hot
+NCCL_RELATIVE_SLOW = 0.75      # ours: one NIC's NCCL busbw below 75 % of the median NIC of the same node
+
+
+def _f(device, check, verdict, rule, evidence, fix, summary, score, **extra):
+    d = {"device": device, "check": check, "verdict": verdict, "rule": rule,
+         "evidence": [e for e in (evidence if isinstance(evidence, list) else [evidence]) if e],
+         "fix": fix, "summary": summary, "score": score}
+    d.update(extra)
+    return d
+
+
+def _fmt_int(n):
+    return "{:,}".format(int(n))
+
+
+def _short_ts(ts):
+    """'2026-11-29T02:10:11+0000' -> '2026-11-29 02:10'; other forms as they are."""
+    if not ts:
+        return "?"
+    t = str(ts)
+    if len(t) >= 16 and t[4] == "-" and t[10] in "T ":
+        return t[:10] + " " + t[11:16]
+    return t
+
+
+# --------------------------------------------------------------------------- NIC rules
+def nic_firmware(dev, driver, rows, policy):
+    """The firmware/driver verdict the gate computes (fw_matrix.check_device), as a triage finding."""
+    v = fw_matrix.check_device(dev, driver, rows, policy)
+    name = dev["name"]
+    if v["severity"] == "ok":
+        return None, v
+    fw = dev.get("fw_ver")
+    exp = v.get("expected") or "?"
+    older = ""
+    pf, pe = fw_matrix.parse_fw(fw), fw_matrix.parse_fw(str(exp).replace(">= ", "").split(" or ", maxsplit=1)[0])
+    if pf and pe:
+        older = " older than" if pf < pe else " newer than"
+    if v["verdict"] == "pending_reset":
+        summ = "flashed firmware %s not running yet (running %s)" % (dev.get("fw_pending"), fw)
+    elif v["verdict"] == "unsupported":
+        summ = "%s not supported by driver %s %s" % (dev.get("model"), v["driver_flavour"], v["driver_version"])
+    elif v["verdict"] == "unknown":
+        summ = "firmware %s under a driver the matrix does not know (%s %s)" % (fw, v["driver_flavour"], v["driver_version"])
+    else:
+        summ = "firmware %s%s driver %s expects (%s)" % (fw, older or " does not match what", v["driver_version"], exp)
+    verdict = "fault" if v["severity"] == "fail" else "suspect"
+    rule = "row 4: firmware matrix row %s, rule %s (the preflight gate's verdict: %s)" % (
+        v["row"] or "-", v["rule"], v["verdict"])
+    # the seed's root cause (001 6.2): ranked above the symptoms it explains (timeouts, transport retries)
+    return _f(name, "firmware", verdict, rule, fw_matrix.device_message("", v).lstrip(": "), v["remediation"], summ,
+              60 if verdict == "fault" else 15), v
+
+
+def nic_kmsg(name, kinds, bdf):
+    out = []
+    k = kinds.get("mlx5_cmd_timeout")
+    if k:
+        cmds = ", ".join("%s x%d" % kv for kv in sorted(k["codes"].items(), key=lambda kv: -kv[1])[:3])
+        out.append(_f(name, "kernel_log", "fault",
+                      "R1: any mlx5 firmware-command timeout on a data NIC in the window fails (driver<->firmware "
+                      "handshake; mlx5 cmd.c wait_func / wait_func_handle_exec_timeout)",
+                      k["examples"] + ["%d lines, first %s, last %s%s" % (
+                          k["count"], _short_ts(k["first"]), _short_ts(k["last"]), (" (" + cmds + ")") if cmds else "")],
+                      "compare its firmware with the driver (tools/fw-audit) first; if they match, keep `devlink health "
+                      "diagnose pci/%s reporter fw` and `mlxfwmanager --query` for an NVIDIA networking case" % bdf,
+                      "%d command timeouts since %s" % (k["count"], _short_ts(k["first"])), 40 + min(k["count"], 20)))
+    k = kinds.get("mlx5_health")
+    if k:
+        out.append(_f(name, "kernel_log", "fault", "R1: mlx5 health lines (Fatal error / health compromised / syndrome / "
+                      "recovery) fail (mlx5 health.c poll_health, print_health_info)", k["examples"] +
+                      ["%d lines, first %s" % (k["count"], _short_ts(k["first"]))],
+                      "drain the node; `devlink health diagnose pci/%s reporter fw_fatal`, keep the dump; firmware vs "
+                      "driver (tools/fw-audit); mlxfwreset -d %s reset or reboot if it does not recover" % (bdf, bdf),
+                      "firmware health events (%s)" % ", ".join(sorted(k["subs"])), 45))
+    k = kinds.get("mlx5_slot_power")
+    if k:
+        out.append(_f(name, "kernel_log", "fault", "R1: `Detected insufficient power on the PCIe slot` fails (gpud "
+                      "N/infiniband/kmsg_matcher.go:15)", k["examples"],
+                      "check the slot / riser power of %s with the platform vendor" % bdf,
+                      "insufficient PCIe slot power (%s)" % ",".join(k["codes"]), 35))
+    k = kinds.get("mlx5_module_temp")
+    if k:
+        out.append(_f(name, "kernel_log", "fault", "R1: `Port module event ... High Temperature` fails (gpud "
+                      "N/infiniband/kmsg_matcher.go:25): hot cage -> link errors", k["examples"],
+                      "check airflow at the NIC cages; `mlxlink -d %s -m` shows the module temperature" % bdf,
+                      "port module over temperature (%d events)" % k["count"], 30))
+    flaps = (kinds.get("ib_carrier_lost") or {}).get("count", 0) + \
+        ((kinds.get("ib_port_state") or {}).get("subs") or {}).get("down", 0)
+    if flaps:
+        ex = (kinds.get("ib_carrier_lost") or {}).get("examples", []) + (kinds.get("ib_port_state") or {}).get("examples", [])
+        verdict = "fault" if flaps >= FLAP_FAULT else "suspect"
+        out.append(_f(name, "kernel_log", verdict, "row 6: link down / lost carrier %d times in the window; azhpc fails at "
+                      ">= %d in 24 h (CT/azure_ib_link_flapping.nhc), fewer is ours: suspect" % (flaps, FLAP_FAULT),
+                      ex[:3], "`mlxlink -d %s -m -c` (BER, FEC, module), reseat or swap the cable; keep the node "
+                      "drained until link_downed stops growing" % bdf, "port went down %d times" % flaps,
+                      30 if verdict == "fault" else 15))
+    k = kinds.get("mlx5_access_reg")
+    if k:
+        out.append(_f(name, "kernel_log", "ok", "R1: ACCESS_REG failures are a restricted-PF artefact (gpud "
+                      "kmsg_matcher.go:57): info only", k["examples"][:1], None,
+                      "ACCESS_REG failed x%d (info)" % k["count"], 0))
+    return out
+
+
+def nic_devlink(name, reporters, diagnose):
+    out = []
+    for rep, st in sorted((reporters or {}).items()):
+        err, rec = st.get("error") or 0, st.get("recover") or 0
+        state = st.get("state")
+        ev = "devlink health: reporter %s state %s error %s recover %s%s" % (
+            rep, state, err, rec, (" last_dump %s %s" % (st.get("last_dump_date"), st.get("last_dump_time")))
+            if st.get("last_dump_date") else "")
+        if rep == "fw_fatal" and (err or rec or (state and state != "healthy")):
+            out.append(_f(name, "devlink", "fault", "R2 (ours, no anchor judges it): fw_fatal error or recover > 0 since "
+                          "boot = the firmware crashed and was reset under the driver (hangs, then works after a retry)",
+                          ev, "keep `devlink health dump show pci/<bdf> reporter fw_fatal`; firmware vs driver "
+                          "(tools/fw-audit); open an NVIDIA networking case with the dump",
+                          "firmware fatal error %d, recovered %d" % (err, rec), 40))
+        elif rep == "fw" and (err or (state and state != "healthy")):
+            out.append(_f(name, "devlink", "suspect", "R2 (ours): fw reporter error > 0 -> warn", ev,
+                          "`devlink health diagnose pci/<bdf> reporter fw`", "firmware reporter errors %d" % err, 15))
+    for rep, dg in sorted((diagnose or {}).items()):
+        syn = dg.get("syndrome")
+        if syn:
+            out.append(_f(name, "devlink", "fault", "R2: devlink fw diagnose Syndrome != 0 fails",
+                          "devlink health diagnose reporter %s: Syndrome %s %s" % (rep, syn, dg.get("description") or ""),
+                          "firmware health syndrome: NVIDIA networking case; firmware vs driver (tools/fw-audit)",
+                          "firmware health syndrome %s" % syn, 40))
+    return out
+
+
+def nic_port(name, port, expected_gbps):
+    out = []
+    p = port or {}
+    pn = p.get("port", "1")
+    if p.get("state") and p["state"] != "ACTIVE":
+        out.append(_f(name, "ib_port", "fault", "R3: every data port ACTIVE (NHC lbnl_hw.nhc:332-365)",
+                      "port %s state %s (%s), phys_state %s" % (pn, p.get("state"), p.get("state_code"), p.get("phys_state")),
+                      "`ibstat %s`; check the cable and the switch port; the subnet manager must be running" % name,
+                      "port %s %s" % (pn, p["state"]), 45))
+    if p.get("phys_state") and p["phys_state"] != "LinkUp":
+        out.append(_f(name, "ib_port", "fault", "R3: phys_state LinkUp expected; Polling = connection lost to the switch "
+                      "(gpud N/infiniband/check_thresholds.go:60-107)", "port %s phys_state %s" % (pn, p["phys_state"]),
+                      "reseat or replace the cable/transceiver of %s; check the switch port" % name,
+                      "physical link %s" % p["phys_state"], 45))
+    rate = p.get("rate_gbps")
+    if expected_gbps and rate is not None and rate < expected_gbps:
+        out.append(_f(name, "ib_port", "fault", "R3: rate == the inventory's expected rate per NIC model "
+                      "(nccl_validation_expected_port_gbps; NHC/azhpc demand the exact rate)",
+                      "port %s rate %s, expected %s Gb/sec" % (pn, p.get("rate"), expected_gbps),
+                      "`mlxlink -d %s -m` (lanes, speed, FEC); reseat or replace the cable or transceiver" % name,
+                      "port trained at %s Gb/s, expected %s" % (rate, expected_gbps), 35))
+    return out
+
+
+def nic_counters(name, before, after, window, during):
+    """IB error counters and RDMA transport counters: since boot (suspect) and their growth over ``window`` seconds
+    (``during``: 'the triage' or 'the traffic test')."""
+    out = []
+    bc, ac = (before or {}).get("counters") or {}, (after or {}).get("counters") or {}
+    bh, ah = (before or {}).get("hw_counters") or {}, (after or {}).get("hw_counters") or {}
+    dc, dh = deltas(bc, ac), deltas(bh, ah)
+    for c in ERROR_COUNTERS:
+        d = dc.get(c, 0)
+        if d > 0:
+            fault = c in ERROR_COUNTERS_FAULT
+            out.append(_f(name, "ib_counters", "fault" if fault else "suspect",
+                          "R4: %s growing during %s -> %s (NCCL docs networking_troubleshooting.rst:178-188)"
+                          % (c, during, "fail" if fault else "warn"),
+                          "%s %s -> %s (+%s in %ss)" % (c, _fmt_int(bc[c]), _fmt_int(ac[c]), _fmt_int(d), window),
+                          "`mlxlink -d %s -m -c` (BER, FEC); swap the cable; `perfquery -x` on both ends" % name,
+                          "%s +%s during %s" % (c, _fmt_int(d), during), 35 if c == "link_downed" else 25, counter=c))
+        elif ac.get(c, bc.get(c, 0)):
+            out.append(_f(name, "ib_counters", "suspect", "R4: non-zero since boot -> warn with the value",
+                          "%s %s since boot" % (c, _fmt_int(ac.get(c, bc.get(c)))),
+                          "watch it grow (re-run the triage); `mlxlink -d %s -m -c`" % name,
+                          "%s %s since boot" % (c, _fmt_int(ac.get(c, bc.get(c)))), 5))
+    for c in HW_COUNTERS_FAULT + HW_COUNTERS_SUSPECT:
+        d = dh.get(c, 0)
+        if d > 0:
+            fault = c in HW_COUNTERS_FAULT
+            out.append(_f(name, "rdma_counters", "fault" if fault else "suspect",
+                          "R5: %s increasing while traffic runs (NCCL docs networking_troubleshooting.rst:130-141); "
+                          "%s and packet_seq_err -> fail on that NIC, others warn" % (c, HW_COUNTERS_FAULT[0]),
+                          "%s %s -> %s (+%s in %ss during %s)" % (
+                              c, _fmt_int(bh[c]), _fmt_int(ah[c]), _fmt_int(d), window, during),
+                          "each ack timeout is one retry; past NCCL_IB_RETRY_CNT it is IBV_WC_RETRY_EXC_ERR (a hang or "
+                          "an abort): firmware vs driver (tools/fw-audit), then the link of %s" % name,
+                          "%s %s during %s" % (c, "+" + _fmt_int(d), during), 42 if fault else 10, counter=c))
+        elif c in HW_COUNTERS_FAULT and ah.get(c, bh.get(c, 0)):
+            out.append(_f(name, "rdma_counters", "suspect", "R5 (ours): %s non-zero since boot -> warn" % c,
+                          "%s %s since boot" % (c, _fmt_int(ah.get(c, bh.get(c)))),
+                          "re-run with --traffic on a drained node to see whether it grows",
+                          "%s %s since boot" % (c, _fmt_int(ah.get(c, bh.get(c)))), 5))
+    return out
+
+
+def pcie_link(device, label, link, upstream_link, is_gpu=False):
+    """R6: width below min(device max, upstream max) fails; speed below it fails for NICs and bridges, is suspect for
+    a GPU (idle GPUs lower their link speed: re-check under load before failing)."""
+    out = []
+    if not link:
+        return out
+    mw = min([w for w in (link.get("max_width"), (upstream_link or {}).get("max_width")) if w] or [0]) or None
+    ms = min([s for s in (link.get("max_speed"), (upstream_link or {}).get("max_speed")) if s] or [0]) or None
+    cw, cs = link.get("current_width"), link.get("current_speed")
+    if mw and cw and cw < mw:
+        out.append(_f(device, "pcie", "fault", "R6: link width below min(device max, upstream max) fails",
+                      "%s %s: LnkSta x%d, LnkCap x%d" % (label, link["bdf"], cw, mw),
+                      "reseat the card / check the riser and slot of %s; `lspci -vvv -s %s` (LnkSta/LnkCap)"
+                      % (link["bdf"], link["bdf"]), "PCIe link x%d instead of x%d" % (cw, mw), 35))
+    if ms and cs and cs < ms:
+        out.append(_f(device, "pcie", "suspect" if is_gpu else "fault",
+                      "R6: link speed below its capability: %s" % (
+                          "suspect for a GPU (idle GPUs downclock the link; re-check under load)" if is_gpu
+                          else "fails for a NIC or bridge"),
+                      "%s %s: %.1f GT/s, capable of %.1f GT/s" % (label, link["bdf"], cs, ms),
+                      "`lspci -vvv -s %s`; BIOS PCIe speed setting; reseat" % link["bdf"],
+                      "PCIe link %.0f GT/s instead of %.0f" % (cs, ms), 10 if is_gpu else 30))
+    return out
+
+
+def pcie_aer(device, label, bdf, aer, aer_after, window):
+    out = []
+    if not aer:
+        return out
+    for kind in ("fatal", "nonfatal"):
+        tot = ((aer.get(kind) or {}).get("total")) or 0
+        if tot:
+            names = ", ".join("%s %d" % (k, v) for k, v in sorted((aer.get(kind) or {}).items()) if v and k != "total")
+            out.append(_f(device, "aer", "fault", "R6: AER %s errors > 0 since boot fail" % kind,
+                          "%s %s aer_dev_%s TOTAL %d (%s)" % (label, bdf, kind, tot, names),
+                          "`lspci -vvv -s %s`; reseat the card; if errors keep coming, RMA (platform vendor)" % bdf,
+                          "%d PCIe AER %s errors" % (tot, kind), 30))
+    cor_b = ((aer.get("correctable") or {}).get("total")) or 0
+    cor_a = (((aer_after or {}).get("correctable") or {}).get("total")) if aer_after else None
+    if cor_a is not None and cor_a > cor_b:
+        d = cor_a - cor_b
+        fault = d >= AER_COR_FAULT
+        out.append(_f(device, "aer", "fault" if fault else "suspect",
+                      "R6: correctable AER errors growing during the triage -> warn, >= %d (DCGM Pcie.cpp:113) -> fail"
+                      % AER_COR_FAULT, "%s %s correctable %d -> %d in %ss" % (label, bdf, cor_b, cor_a, window),
+                      "`lspci -vvv -s %s`; reseat" % bdf, "correctable PCIe errors +%d" % d, 20 if fault else 8))
+    return out
+
+
+# --------------------------------------------------------------------------- GPU rules
+def gpu_rules(gi, facts, extra, extra_after, kinds, window, nic):
+    dev = "GPU %d" % gi
+    out = []
+    x = extra or {}
+    f = facts or {}
+    ra = x.get("recovery_action")
+    if ra and ra not in ("None", "N/A"):
+        out.append(_f(dev, "gpu_recovery_action", "fault", "R9: gpu_recovery_action != None fails (aws Xid 154 action "
+                      "text: REBOOT / RESET)", "gpu_recovery_action: %s" % ra,
+                      "drain the node; %s" % ("reboot it" if "Reboot" in ra else "nvidia-smi -r -i %d (GPU reset) or reboot" % gi),
+                      "recovery action '%s' pending" % ra, 45))
+    fab = x.get("fabric") or f.get("fabric") or {}
+    h = fab.get("health") or {}
+    bad = []
+    if fab.get("state") and fab["state"] != "Completed":
+        bad.append("state %s" % fab["state"])
+    if fab.get("status") and fab["status"] not in ("Success", "N/A"):
+        bad.append("status %s" % fab["status"])
+    if h.get("summary") in ("Unhealthy", "Limited Capacity"):
+        bad.append("health summary %s" % h["summary"])
+    if h.get("bandwidth") == "Degraded":
+        bad.append("bandwidth Degraded")
+    for k in ("route_recovery_in_progress", "route_unhealthy", "access_timeout_recovery"):
+        if str(h.get(k)).lower() == "true":
+            bad.append("%s True" % k)
+    if bad:
+        out.append(_f(dev, "fabric", "fault", "R9: fabric state != Completed, status != Success, summary Unhealthy/"
+                      "Limited Capacity, bandwidth degraded, route recovery/unhealthy, access-timeout recovery fail "
+                      "(gpud pkg/nvidia/nvml/device/fabric_state.go:115-176)", "fabric: " + ", ".join(bad),
+                      "`systemctl status nvidia-fabricmanager`, `nvidia-smi -q -d FABRIC`; restart the fabric manager "
+                      "or reboot; NVLink cabling/trays with the platform vendor",
+                      "NVLink fabric %s" % ", ".join(bad), 40))
+    nv = f.get("nvlink") or {}
+    if nv.get("links_down"):
+        out.append(_f(dev, "nvlink", "fault", "row 20: NVLink links down fail", "NVLink links down: %s of %s %s" % (
+            nv["links_down"], nv.get("links_total"), nv.get("down_links") or ""), "`nvidia-smi nvlink -s -i %d`; "
+            "reset the GPU or reboot; NVLink tray/cable with the platform vendor" % gi,
+            "%d NVLink links down" % nv["links_down"], 40))
+    ecc = f.get("ecc") or {}
+    if (ecc.get("volatile_uncorrectable") or 0) > 0:
+        out.append(_f(dev, "ecc", "fault", "row 29: volatile uncorrectable ECC > 0 fails",
+                      "ECC volatile uncorrectable %s (aggregate %s)" % (
+                          ecc.get("volatile_uncorrectable"), ecc.get("aggregate_uncorrectable")),
+                      "drain; GPU reset / reboot to retire the rows; RMA if it repeats", "uncorrectable ECC errors", 35))
+    rr = f.get("remapped_rows") or {}
+    if rr.get("failure"):
+        out.append(_f(dev, "remapped_rows", "fault", "row 29: remap failure -> RMA (gpud N/remapped-rows)",
+                      "remapped_row_failure Yes", "RMA the GPU", "row remapping failed", 45))
+    elif rr.get("pending"):
+        out.append(_f(dev, "remapped_rows", "fault", "row 29: remap pending -> reset (gpud N/remapped-rows)",
+                      "remapped_row_pending Yes", "drain; GPU reset (nvidia-smi -r -i %d) or reboot" % gi,
+                      "row remap pending a reset", 35))
+    for kind in ("xid", "gpu_fallen_off_bus"):
+        k = (kinds or {}).get(kind)
+        if not k or (kind == "gpu_fallen_off_bus" and "79" in ((kinds or {}).get("xid") or {}).get("codes", {})):
+            continue   # the "fallen off the bus" line that follows an Xid 79 is the same event
+        codes = sorted(k["codes"].items(), key=lambda kv: -kv[1])
+        fatal = [c for c, _n in codes if int(c) in _xid_fatal()]
+        from ansible_collections.b300.rollout.plugins.module_utils.triage_kmsg import xid_meaning
+        meanings = ["Xid %s x%d: %s (%s)" % (c, n, xid_meaning(int(c))[0], xid_meaning(int(c))[1]) for c, n in codes]
+        out.append(_f(dev, "xid", "fault" if fatal or kind == "gpu_fallen_off_bus" else "suspect",
+                      "R1: NVRM Xid in the window; azhpc fails on 48 56 57 58 62 63 64 65 68 69 73 74 79 80 81 92 119 "
+                      "120 (CT/azure_gpu_xid.nhc), aws grades the rest (0-nvidia-smi-check.sh:142-254)",
+                      k["examples"][:2] + meanings, _xid_fix(codes, gi),
+                      "; ".join("Xid %s (%s) x%d since %s" % (c, xid_meaning(int(c))[0], n, _short_ts(k["first"]))
+                                for c, n in codes[:2]), 60 if "79" in dict(codes) else (50 if fatal else 10)))
+    # thermal (R12)
+    reasons = [r for r in (x.get("clock_reasons_active") or []) if r in THERMAL_REASONS]
+    temp, maxop = x.get("temp_c"), x.get("max_operating_c")
+    d_thermal = {}
+    if extra_after:
+        d_thermal = counter_deltas([x], [extra_after]).get(x.get("index"), {})
+    d_th = sum(v for k, v in d_thermal.items() if k in THERMAL_COUNTERS)
+    if reasons or d_th > 0:
+        ev = ["GPU %d at %s C (max operating %s C, T.Limit %s C), memory %s C" % (
+            gi, temp, maxop, x.get("tlimit_c"), x.get("mem_temp_c"))]
+        if reasons:
+            ev.append("clock event reasons active: %s" % ", ".join(reasons))
+        if d_th > 0:
+            ev.append("thermal violation counters +%.1f s in %ss (%s)" % (
+                d_th / 1e6, window, ", ".join("%s +%d us" % kv for kv in sorted(d_thermal.items()) if kv[1])))
+        out.append(_f(dev, "thermal", "fault", "R12: HW slowdown / HW thermal / power brake / SW thermal active, or "
+                      "their counters growing, fail (DCGM DcgmRecorder.cpp:503-523 fails on any thermal violation; "
+                      "gpud hw-slowdown); sw_power_cap never counts (azhpc)", ev,
+                      "check the airflow/cooling of GPU %d (the seed's fix was the cold-aisle air path: 96 C -> 82 C); "
+                      "keep the load off until it runs below %s C" % (gi, maxop or "its max operating temperature"),
+                      "%s C with thermal slowdown" % temp, 35))
+    elif temp is not None and maxop is not None and temp >= maxop - TLIMIT_MARGIN_C:
+        out.append(_f(dev, "thermal", "suspect", "R12: T.Limit headroom <= %d C -> warn (gpud margin)" % TLIMIT_MARGIN_C,
+                      "GPU %d at %s C, max operating %s C" % (gi, temp, maxop), "check the airflow of GPU %d" % gi,
+                      "%s C, %s C below max operating" % (temp, maxop - temp), 15))
+    mt, mm = x.get("mem_temp_c"), x.get("mem_max_c")
+    if mt is not None and mm is not None and mt > mm:
+        out.append(_f(dev, "thermal", "suspect", "R12: HBM above its max -> degraded (gpud N/temperature)",
+                      "memory %s C > max %s C" % (mt, mm), "check cooling", "HBM %s C" % mt, 15))
+    since_boot = sum(v for k, v in (x.get("clock_counters_us") or {}).items() if k in THERMAL_COUNTERS)
+    if since_boot and not reasons and d_th == 0:
+        out.append(_f(dev, "thermal", "ok", "R12: cumulative thermal counters since the driver loaded: context only",
+                      "thermal slowdown %.1f s since the driver loaded" % (since_boot / 1e6), None,
+                      "throttled %.0f s since boot" % (since_boot / 1e6), 0))
+    # PCIe of the GPU as nvidia-smi sees it
+    pc = x.get("pcie") or {}
+    if pc.get("width") and pc.get("max_width") and pc["width"] < pc["max_width"]:
+        out.append(_f(dev, "pcie", "fault", "R6: GPU link width below its max fails", "nvidia-smi: PCIe x%d of x%d" % (
+            pc["width"], pc["max_width"]), "reseat / check the GPU baseboard; platform vendor",
+            "GPU PCIe x%d instead of x%d" % (pc["width"], pc["max_width"]), 30))
+    if extra_after:
+        r0, r1 = pc.get("replay"), (extra_after.get("pcie") or {}).get("replay")
+        if r0 is not None and r1 is not None and r1 > r0:
+            gen, width = pc.get("gen") or 5, pc.get("width") or 16
+            budget = REPLAY_PER_MIN_LANE.get(gen, 1.92) * width * max(window, 1) / 60.0
+            fault = (r1 - r0) > budget
+            out.append(_f(dev, "pcie", "fault" if fault else "suspect",
+                          "R6: replays during the triage above DCGM's budget (1e-12 x lane rate x 60 s per lane per "
+                          "minute, DcgmHealthWatch.cpp:1556-1580) fail, below it warn",
+                          "replay_counter %d -> %d in %ss (budget %.1f)" % (r0, r1, window, budget),
+                          "reseat; check the PCIe path of GPU %d" % gi, "PCIe replays +%d" % (r1 - r0), 25 if fault else 8))
+    pm = x.get("persistence_mode")
+    if pm and pm.lower() == "disabled":
+        out.append(_f(dev, "persistence", "suspect", "row 28: persistence mode supported but off -> unhealthy (gpud), "
+                      "warn (DCGM)", "persistence mode Disabled", "systemctl enable --now nvidia-persistenced",
+                      "persistence mode off", 8))
+    return out
+
+
+def _xid_fatal():
+    from ansible_collections.b300.rollout.plugins.module_utils.triage_kmsg import XID_FATAL
+    return XID_FATAL
+
+
+def _xid_fix(codes, gi):
+    cs = {int(c) for c, _n in codes}
+    if 79 in cs:
+        return "drain the node and reboot; if GPU %d falls off the bus again, reseat it / RMA (platform vendor)" % gi
+    if cs & {74, 144, 145, 146, 147, 148, 149, 150}:
+        return "NVLink error: `nvidia-smi nvlink -e -i %d`; GPU reset or reboot; NVLink tray with the vendor" % gi
+    if cs & {48, 63, 64, 92, 94, 95, 140}:
+        return "memory error: check row remapping (`nvidia-smi -q -d ROW_REMAPPER -i %d`); reset; RMA if it repeats" % gi
+    return "see NVIDIA's Xid catalog for code(s) %s; GPU reset or reboot for the fatal ones" % ",".join(str(c) for c in sorted(cs))
+
+
+# --------------------------------------------------------------------------- host rules
+def host_rules(col):
+    out = []
+    g = col.get("gdr") or {}
+    if g:
+        if g.get("mode") == "none":
+            out.append(_f("host", "gpudirect", "fault", "R7: neither nvidia_peermem nor DMA-BUF: NCCL falls back to "
+                          "staging through host memory (gdr.cc:14-68)", g.get("evidence"),
+                          "modprobe nvidia_peermem (and list it in /etc/modules-load.d)",
+                          "no GPUDirect RDMA path (no peermem, no DMA-BUF)", 35))
+        elif not g.get("peermem"):
+            out.append(_f("host", "gpudirect", "suspect", "R7: nvidia_peermem not loaded, GPUDirect only through DMA-BUF; "
+                          "the CUDA 13 Mooncake transfer engine then warns that DMA-BUF corrupts transfers above 4 GiB "
+                          "on kernels without a specific fix (day-one-facts.md)", g.get("evidence"),
+                          "modprobe nvidia_peermem; add it to /etc/modules-load.d so it survives a reboot",
+                          "nvidia_peermem not loaded (GPUDirect via DMA-BUF only)", 25))
+    io = col.get("iommu") or {}
+    if io.get("mode") == "translated":
+        out.append(_f("host", "iommu", "suspect", "R8: IOMMU translating (not passthrough) -> warn: P2P/GDR traffic is "
+                      "remapped (NCCL docs gpu_troubleshooting.rst:90-131)", io.get("evidence"),
+                      "boot with iommu=pt (intel_iommu=on iommu=pt / amd_iommu=on iommu=pt) as the platform vendor "
+                      "recommends", "IOMMU in translated mode", 15))
+    kl = col.get("kernel_log") or {}
+    if kl.get("error"):
+        out.append(_f("host", "kernel_log", "suspect", "ours: the kernel log could not be read, its checks did not run",
+                      kl["error"], "run the triage with become (root), or read `journalctl -k` by hand", "kernel log "
+                      "not read", 3))
+    dl = col.get("devlink") or {}
+    if dl.get("error"):
+        out.append(_f("host", "devlink", "ok", "R2: devlink health not readable: its check did not run (info)",
+                      dl["error"], "install iproute2's devlink", "devlink not read", 0))
+    return out
+
+
+# --------------------------------------------------------------------------- history (health_history_read)
+def history_rules(hist, gpu_nic, window_label):
+    """Judge the health history (the ``health_history_read`` module's result) for "was it hot when it hung?".
+    hist: {available, window: {start_epoch, end_epoch}, gpus: {idx: {samples, max_temp_c, max_mem_temp_c,
+    min_sm_clock_mhz, thermal_violation_s, power_violation_s, hot, first_hot_epoch}}, nics: {mlx5_N: {counter: delta}}}."""
+    out = []
+    if not hist or not hist.get("available"):
+        return out
+    for idx, g in sorted((hist.get("gpus") or {}).items(), key=lambda kv: int(kv[0])):
+        tv = float(g.get("thermal_violation_s") or 0)
+        if g.get("hot") or tv > 0:
+            first = g.get("first_hot_epoch")
+            when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(first)) if first else "?"
+            verdict = "fault" if g.get("hot") and tv >= THERMAL_HIST_FAULT_S else "suspect"
+            out.append(_f("GPU %s" % idx, "history_thermal", verdict,
+                          "history (ours): hot in the window with thermal violation time -> fail, hot or violation "
+                          "alone -> warn (R12 rules over the sampled history)",
+                          "history %s: max %s C (HBM %s C), min SM clock %s MHz, thermal violation %.0f s, power "
+                          "violation %.0f s, hot since %s, %s samples" % (
+                              window_label, g.get("max_temp_c"), g.get("max_mem_temp_c"), g.get("min_sm_clock_mhz"), tv,
+                              float(g.get("power_violation_s") or 0), when, g.get("samples")),
+                          "check cooling of GPU %s; the plot in the report shows the window" % idx,
+                          "it was hot in the window: max %s C, %.0f s thermal violation" % (g.get("max_temp_c"), tv),
+                          30 if verdict == "fault" else 12))
+    for nic, cs in sorted((hist.get("nics") or {}).items()):
+        for c, d in sorted((cs or {}).items()):
+            if not d or d <= 0:
+                continue
+            if c in HW_COUNTERS_FAULT or c in ERROR_COUNTERS_FAULT:
+                out.append(_f(nic, "history_counters", "fault", "R4/R5 over the history window: %s growing fails" % c,
+                              "history %s: %s +%s" % (window_label, c, _fmt_int(d)),
+                              "see the NIC's other findings; firmware vs driver (tools/fw-audit), then the link",
+                              "%s +%s in the last %s" % (c, _fmt_int(d), window_label), 25))
+    return out
+
+
+# --------------------------------------------------------------------------- traffic (--traffic)
+def traffic_rules(traffic, expected_by_nic):
+    """traffic: {nic: {ib_write_bw: {rc, gbps, parsed, error}, nccl: {verdict, reasons, warns: parse_nccl_warns}}}."""
+    out = []
+    gated = {n: (t.get("nccl") or {}).get("gated_gbps") for n, t in (traffic or {}).items()}
+    vals = sorted(v for v in gated.values() if v)
+    median = vals[len(vals) // 2] if vals else None
+    for nic, t in sorted((traffic or {}).items()):
+        if t.get("refused"):
+            continue
+        g = gated.get(nic)
+        if g and median and len(vals) >= 3 and g < NCCL_RELATIVE_SLOW * median:
+            out.append(_f(nic, "nccl_one_nic", "suspect", "ours: NCCL through this NIC below %d%% of the median of the "
+                          "other NICs' runs (same node, same test)" % int(NCCL_RELATIVE_SLOW * 100),
+                          "busbw %.1f GB/s, median of the NICs %.1f GB/s" % (g, median),
+                          "compare its port rate and PCIe link with the others", "NCCL through %s at %.0f%% of the "
+                          "other NICs" % (nic, 100.0 * g / median), 15))
+        wb = t.get("ib_write_bw")
+        exp = expected_by_nic.get(nic)
+        if wb:
+            if wb.get("skipped"):
+                pass
+            elif wb.get("rc") not in (0, None) or wb.get("gbps") is None:
+                out.append(_f(nic, "gdr_loopback", "fault", "R11a: GPUDirect loopback must run and report a bandwidth",
+                              ["ib_write_bw rc %s%s" % (wb.get("rc"), (": " + wb["error"]) if wb.get("error") else "")],
+                              "run `ib_write_bw -d %s --use_cuda=<gpu> -s 8388608 --report_gbits` by hand; GPUDirect "
+                              "(nvidia_peermem) and the port" % nic, "GPUDirect loopback failed", 40))
+            elif exp and wb["gbps"] < GDR_BW_FRACTION * exp:
+                out.append(_f(nic, "gdr_loopback", "fault", "R11a: >= %d%% of line rate (azhpc check_ib_bw_gdr 360 on "
+                              "400G)" % int(GDR_BW_FRACTION * 100),
+                              "ib_write_bw --use_cuda %.1f Gb/s, floor %.0f (%d%% of %s)" % (
+                                  wb["gbps"], GDR_BW_FRACTION * exp, int(GDR_BW_FRACTION * 100), exp),
+                              "PCIe link and port rate of %s, then GPUDirect" % nic,
+                              "GPUDirect loopback %.0f Gb/s of %s" % (wb["gbps"], exp), 35))
+        nc = t.get("nccl")
+        if nc:
+            v = nc.get("verdict")
+            if v in ("hang", "intermittent", "error", "wrong_results"):
+                out.append(_f(nic, "nccl_one_nic", "fault", "R11b: NCCL through this NIC alone (NCCL_IB_HCA), K repeats "
+                              "under the hang timeout: %s fails (nccl_results.classify)" % v,
+                              (nc.get("reasons") or [])[:3], "see the WARN lines and this NIC's counters",
+                              "NCCL over %s alone: %s" % (nic, v), 40))
+            elif v == "slow":
+                out.append(_f(nic, "nccl_one_nic", "suspect", "R11b: below the floor -> slow (warn)",
+                              (nc.get("reasons") or [])[:2], "compare with the other NICs' figures",
+                              "NCCL over %s alone slow" % nic, 15))
+            for w in ((nc.get("warns") or {}).get("completions") or [])[:3]:
+                hca = w.get("hca") or nic
+                out.append(_f(hca, "nccl_warn", "fault", "R11: NCCL WARN completion error; NCCL's hint for %s "
+                              "(common.h:612-629)" % w["status_name"], [w["raw"], w.get("hint")],
+                              "status %s: %s" % (w["status"], w.get("hint") or "see NCCL docs"),
+                              "NCCL %s(%d) on %s" % (w["status_name"], w["status"], hca), 35))
+            for a in ((nc.get("warns") or {}).get("async_events") or [])[:2]:
+                out.append(_f(a["hca"], "nccl_warn", "fault", "R11: NCCL async fatal event on the HCA",
+                              a["raw"], "see the kernel log of the HCA", "async fatal event on %s" % a["hca"], 35))
+    return out
+
+
+# --------------------------------------------------------------------------- the host
+def _nic_label(name, gpu):
+    return "%s (GPU %s's NIC)" % (name, gpu) if gpu is not None else name
+
+
+def judge_host(col, rows, policy=None, expected_port_gbps=None, history=None, traffic=None, since="?",
+               history_label=None):
+    """Findings, device verdicts and ranked causes for one host's collection (see the module docstring)."""
+    findings = []
+    rn = col.get("rdma_nics") or {}
+    gt = col.get("gpu_topology") or {}
+    nic_gpu = dict(col.get("nic_gpu") or {})
+    gpu_nic = {}
+    for n, g in nic_gpu.items():
+        if g is not None:
+            gpu_nic.setdefault(int(g), n)
+    kdev = ((col.get("kernel_log") or {}).get("scan") or {}).get("devices") or {}
+    window = col.get("delta_window_s") or 0
+    ports_a = col.get("ports_after") or {}
+    pcie = col.get("pcie") or {}
+    pcie_after = col.get("pcie_after") or {}
+    devices = {}
+    expected = dict(expected_port_gbps or {})
+    expected_by_nic = {}
+    fw_rows = []
+    data_nics = [d for d in (rn.get("devices") or []) if d.get("role", "data") == "data"]
+    for d in sorted(rn.get("devices") or [], key=lambda x: x["name"]):
+        name = d["name"]
+        devices[name] = {"kind": "nic", "model": d.get("model"), "pci": d.get("pci_address"), "role": d.get("role"),
+                         "gpu": nic_gpu.get(name), "fw": d.get("fw_ver"), "label": _nic_label(name, nic_gpu.get(name))}
+        f, v = nic_firmware(d, rn.get("driver"), rows, policy)
+        fw_rows.append(v)
+        if d.get("role", "data") != "data":
+            # fabric-manager / frontend NICs: the gate ignores them; only their kernel-log ACCESS_REG info is kept
+            continue
+        if f:
+            findings.append(f)
+        bdf = d.get("pci_address") or name
+        findings += nic_kmsg(name, kdev.get(name) or {}, bdf)
+        findings += nic_devlink(name, devlink_for_pci((col.get("devlink") or {}).get("health"), d.get("pci_address")),
+                                ((col.get("devlink") or {}).get("diagnose") or {}).get(d.get("pci_address") or "", {}))
+        exp = expected.get(d.get("model"))
+        expected_by_nic[name] = exp
+        for pn, p in sorted(((col.get("ports") or {}).get(name) or {}).items()):
+            findings += nic_port(name, p, exp)
+            pa = (ports_a.get(name) or {}).get(pn)
+            if pa:
+                findings += nic_counters(name, p, pa, window, "the triage (%ss, live traffic)" % window)
+            else:
+                findings += nic_counters(name, p, p, 0, "the triage")
+    # PCIe: NICs, GPUs and the bridges on each GPU<->NIC path
+    for bdf, e in sorted(pcie.items()):
+        owner = e.get("of")
+        role = e.get("role")
+        if role == "bridge":
+            dev = "bridge %s" % bdf
+            devices.setdefault(dev, {"kind": "bridge", "pci": bdf, "between": e.get("between"),
+                                     "label": "PCIe bridge %s (between %s)" % (bdf, " and ".join(e.get("between") or []))})
+        elif role == "gpu":
+            dev = owner
+        else:
+            dev = owner
+        if dev not in devices and role != "bridge":
+            continue
+        label = {"bridge": "bridge", "gpu": "GPU", "nic": "NIC"}.get(role, role)
+        findings += pcie_link(dev, label, e.get("link"), pcie.get(e.get("upstream") or "", {}).get("link"),
+                              is_gpu=role == "gpu")
+        findings += pcie_aer(dev, label, bdf, e.get("aer"), (pcie_after.get(bdf) or {}).get("aer"), window)
+        bits = acs_enabled_bits(e.get("acs"))
+        if role == "bridge" and bits:
+            findings.append(_f(dev, "acs", "fault", "R8: ACS redirect controls on a bridge between a data NIC and its "
+                               "GPU fail on bare metal: P2P goes through the root complex, 'significant performance "
+                               "reduction or even a hang' (NCCL docs gpu_troubleshooting.rst:90-131); verify the expected "
+                               "setting with the HGX platform vendor",
+                               "%s: ACSCtl %s (%s)" % (bdf, " ".join(b + "+" for b in bits), e.get("acs_source") or "lspci"),
+                               "disable ACS on the PCIe switch ports (BIOS, or at boot: setpci -s %s ECAP_ACS+0x6.w=0000) "
+                               "as the platform vendor documents" % bdf,
+                               "ACS %s enabled on the GPU<->NIC path" % "/".join(bits), 30))
+    # GPUs
+    extras = {x["index"]: x for x in col.get("gpu_extras") or []}
+    extras_after = {x["index"]: x for x in col.get("gpu_extras_after") or []}
+    for g in gt.get("gpus") or []:
+        gi = g["index"]
+        name = "GPU %d" % gi
+        devices.setdefault(name, {"kind": "gpu", "pci": g.get("pci_bus_id"), "nic": gpu_nic.get(gi),
+                                  "label": "%s (NIC %s)" % (name, gpu_nic.get(gi)) if gpu_nic.get(gi) else name})
+        findings += gpu_rules(gi, g, extras.get(gi), extras_after.get(gi), kdev.get(name) or {}, window, gpu_nic.get(gi))
+    # kernel-log events on devices we know nothing else of (an NVSwitch, an unmapped PCI function)
+    for dev, kinds in sorted(kdev.items()):
+        if dev in devices or dev == "host":
+            continue
+        for kind, k in kinds.items():
+            if kind in ("sxid",):
+                fatal = k["subs"].get("fatal", 0) > 0
+                findings.append(_f(dev, "kernel_log", "fault" if fatal else "suspect", "row 18: NVSwitch SXid (gpud "
+                                   "N/sxid; aws)", k["examples"], "`nvidia-smi -q` fabric; fabric manager log; reboot "
+                                   "for fatal SXids", "SXid %s x%d" % (",".join(k["codes"]), k["count"]),
+                                   35 if fatal else 10))
+                devices.setdefault(dev, {"kind": "nvswitch", "label": dev})
+    # one fabric for the whole node: the same fabric finding on several GPUs is one host-level cause
+    fab = sorted({f["device"] for f in findings if f["check"] == "fabric"}, key=lambda d: int(d.split()[1]))
+    if len(fab) >= 2:
+        ev = [f["evidence"][0] for f in findings if f["check"] == "fabric"][:1]
+        findings.append(_f("host", "fabric", "fault", "R9 over the node: the NVLink fabric is shared by every GPU of the "
+                           "host; %d GPUs report it" % len(fab), ev + ["on %s" % ", ".join(fab)],
+                           [f["fix"] for f in findings if f["check"] == "fabric"][0],
+                           "NVLink fabric degraded on %d GPUs" % len(fab), 45))
+    host_k = kdev.get("host") or {}
+    pm = host_k.get("peermem_invalid_context")
+    if pm:
+        findings.append(_f("host", "kernel_log", "fault" if pm["count"] >= PEERMEM_FAULT else "suspect",
+                           "R1: nvidia_peermem 'invalid context' fails when repeated (gpud N/peermem/kmsg_matcher.go:14)",
+                           pm["examples"], "restart the jobs using GPUDirect; reload nvidia_peermem; check the driver "
+                           "versions match", "peermem invalid context x%d" % pm["count"], 25))
+    findings += host_rules(col)
+    findings += history_rules(history, gpu_nic, history_label or since)
+    findings += traffic_rules(traffic, expected_by_nic)
+    for nic, t in sorted((traffic or {}).items()):
+        if t.get("counters_before") and t.get("counters_after"):
+            findings += [f for f in nic_counters(nic, t["counters_before"], t["counters_after"], t.get("duration_s") or 0,
+                                                 "the traffic test through %s" % nic) if "since boot" not in f["summary"]]
+    # a counter that grew during the triage or the traffic says more than its since-boot value: keep one of them
+    grown = {(f["device"], f.get("counter")) for f in findings if f.get("counter") and f["verdict"] != "ok"}
+    findings = [f for f in findings if not (f["summary"].endswith("since boot") and
+                                            (f["device"], f["summary"].split()[0]) in grown)]
+    # host-level firmware findings (pending images not attributable, mlxfwmanager output not understood)
+    hostfw = fw_matrix.check_host(rn, rows, policy)["host_findings"] if rn else []
+    for hf in hostfw:
+        if hf["severity"] != "ok":
+            findings.append(_f("host", "firmware", "fault" if hf["severity"] == "fail" else "suspect",
+                               "row 4: the firmware gate's host finding (%s)" % hf["verdict"], hf["reason"],
+                               hf["remediation"], hf["reason"][:80], 20))
+    devices.setdefault("host", {"kind": "host", "label": "host"})
+    for name, d in devices.items():
+        fs = [f for f in findings if f["device"] == name]
+        d["findings"] = fs
+        d["verdict"] = max((f["verdict"] for f in fs), key=lambda v: RANK[v], default="ok")
+        d["score"] = sum(f["score"] * (1.0 if f["verdict"] == "fault" else 0.5 if f["verdict"] == "suspect" else 0)
+                         for f in fs)
+    # findings on a device not listed (e.g. an hca named by NCCL that sysfs does not show)
+    for f in findings:
+        if f["device"] not in devices:
+            devices[f["device"]] = {"kind": "other", "label": f["device"], "findings": [f], "verdict": f["verdict"],
+                                    "score": f["score"]}
+    causes = rank_causes(devices)
+    status = max((d["verdict"] for d in devices.values()), key=lambda v: RANK[v], default="ok")
+    return {"status": status, "devices": devices, "causes": causes,
+            "most_likely_cause": causes[0]["sentence"] if causes else None,
+            "counts": {v: sum(1 for d in devices.values() if d["verdict"] == v) for v in VERDICTS},
+            "firmware": fw_rows, "data_nics": sorted(d["name"] for d in data_nics)}
+
+
+def rank_causes(devices, top=3):
+    """Devices with a non-ok verdict, by verdict then evidence score; each with a one-line sentence: device (relation):
+    evidence summaries joined with ' + ' -> the fix of its strongest finding."""
+    cands = [(name, d) for name, d in devices.items() if d["verdict"] != "ok"]
+    cands.sort(key=lambda nd: (-RANK[nd[1]["verdict"]], -nd[1]["score"], nd[0]))
+    out = []
+    for name, d in cands[:top]:
+        fs = sorted([f for f in d["findings"] if f["verdict"] != "ok"],
+                    key=lambda f: (-RANK[f["verdict"]], -f["score"]))
+        parts = []
+        for f in fs:
+            if f["summary"] not in parts:
+                parts.append(f["summary"])
+        fix = fs[0]["fix"] if fs else ""
+        sentence = "%s: %s -> %s" % (d.get("label") or name, " + ".join(parts[:4]), fix)
+        out.append({"device": name, "verdict": d["verdict"], "score": round(d["score"], 1), "sentence": sentence,
+                    "checks": sorted({f["check"] for f in fs})})
+    return out
+
+
+# --------------------------------------------------------------------------- the fleet
+def host_state(value):
+    """Normalise one host's collect result (a registered task result or a dict with status)."""
+    v = value or {}
+    if v.get("unreachable"):
+        return "unreachable", (str(v.get("msg") or "host unreachable")).strip()
+    if v.get("failed") or v.get("skipped"):
+        return "failed", (str(v.get("msg") or "collect task failed")).strip()
+    if not v.get("collection"):
+        return "failed", "no collection returned"
+    return "ok", ""
+
+
+def judge_fleet(hosts, rows, policy=None, expected_port_gbps=None, histories=None, traffic=None, since="?",
+                history_label=None):
+    """{host: collect result} -> the triage report: hosts (status, devices, causes, message), summary (exit code)."""
+    report = {"hosts": {}, "summary": {}, "since": since, "history_window": history_label,
+              "generated_epoch": int(time.time())}
+    for host in sorted(hosts):
+        state, msg = host_state(hosts[host])
+        if state != "ok":
+            report["hosts"][host] = {"status": state, "msg": msg, "devices": {}, "causes": [],
+                                     "most_likely_cause": "could not triage %s: %s" % (host, msg)}
+            continue
+        col = hosts[host]["collection"]
+        hist = (histories or {}).get(host)
+        tr = (traffic or {}).get(host) or {}
+        refused = tr.get("refused") if isinstance(tr.get("refused"), str) else None
+        if refused:
+            tr = {}
+        res = judge_host(col, rows, policy, expected_port_gbps, hist, tr, since, history_label)
+        res["msg"] = "; ".join("%s: %s" % kv for kv in sorted((col.get("errors") or {}).items()))
+        res["history"] = "available" if hist and hist.get("available") else "no history"
+        res["traffic"] = ("refused: " + " ".join(refused.split())) if refused else ("ran" if tr else "not run")
+        res["kernel_log_source"] = (col.get("kernel_log") or {}).get("source")
+        res["serving_units"] = col.get("serving_units") or []
+        report["hosts"][host] = res
+    statuses = {h: e["status"] for h, e in report["hosts"].items()}
+    unreach = sorted(h for h, s in statuses.items() if s in ("unreachable", "failed"))
+    faults = sorted(h for h, s in statuses.items() if s == "fault")
+    report["summary"] = {"hosts": len(statuses), "could_not_triage": unreach, "fault": faults,
+                         "suspect": sorted(h for h, s in statuses.items() if s == "suspect"),
+                         "ok": sorted(h for h, s in statuses.items() if s == "ok"),
+                         "exit_code": 3 if unreach else (2 if faults else 0)}
+    return report
+
+
+# --------------------------------------------------------------------------- renderings
+def _md(x):
+    return ("-" if x is None or x == "" else str(x)).replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(report):
+    s = report["summary"]
+    out = ["# NCCL triage", "",
+           "Hosts: %d; fault: %s; suspect: %s; ok: %s; could not triage: %s; kernel-log window: %s; exit code %d" % (
+               s["hosts"], ", ".join(s["fault"]) or "none", ", ".join(s["suspect"]) or "none",
+               ", ".join(s["ok"]) or "none", ", ".join(s["could_not_triage"]) or "none", report.get("since"),
+               s["exit_code"]), ""]
+    for host, h in sorted(report["hosts"].items()):
+        out.append("## %s: %s" % (host, h["status"].upper()))
+        out.append("")
+        if h["status"] in ("unreachable", "failed"):
+            out += ["Could not triage %s (%s): %s" % (host, h["status"], h.get("msg")), ""]
+            continue
+        out.append("**Most likely cause:** %s" % (h.get("most_likely_cause") or "none: every check passed"))
+        out.append("")
+        for i, c in enumerate(h.get("causes") or [], 1):
+            if i > 1:
+                out.append("%d. %s (%s)" % (i, c["sentence"], c["verdict"]))
+        if len(h.get("causes") or []) > 1:
+            out.append("")
+        out.append("History: %s. Traffic: %s. Kernel log: %s.%s" % (
+            h.get("history"), h.get("traffic"), h.get("kernel_log_source") or "not read",
+            (" Serving units: %s." % ", ".join(h["serving_units"])) if h.get("serving_units") else ""))
+        out.append("")
+        out += ["| device | verdict | check | rule | evidence |", "|---|---|---|---|---|"]
+        devs = sorted(h["devices"].items(), key=lambda kv: (-RANK[kv[1]["verdict"]], kv[0]))
+        oks = []
+        for name, d in devs:
+            fs = [f for f in d["findings"] if f["verdict"] != "ok"]
+            if not fs:
+                oks.append(name)
+                continue
+            for f in fs:
+                out.append("| %s | %s | %s | %s | %s |" % (
+                    _md(d.get("label") or name), f["verdict"], f["check"], _md(f["rule"]),
+                    _md("; ".join(f["evidence"][:4]))))
+        if not any(d["verdict"] != "ok" for d in h["devices"].values()):
+            out.append("| every device | ok | all checks | - | - |")
+        out += ["", "ok: %s" % (", ".join(_compact(oks)) or "none")]
+        fixes = []
+        for name, d in devs:
+            for f in d["findings"]:
+                if f["verdict"] != "ok" and f.get("fix") and (name, f["fix"]) not in fixes:
+                    fixes.append((name, f["fix"]))
+        if fixes:
+            out += ["", "What to do:", ""]
+            out += ["- %s: %s" % (n, fx) for n, fx in fixes]
+        out.append("")
+    return "\n".join(out) + "\n"
+
+
+def _compact(names):
+    """['GPU 0', ..., 'GPU 7', 'bridge 0000:16:00.0', ...] -> ['GPU 0-7', 'mlx5_0-7', '24 PCIe bridges', ...]."""
+    groups, other, bridges = {}, [], 0
+    for n in names:
+        if n.startswith("bridge "):
+            bridges += 1
+            continue
+        m = None
+        for prefix in ("GPU ", "mlx5_"):
+            if n.startswith(prefix) and n[len(prefix):].isdigit():
+                m = prefix
+        if m:
+            groups.setdefault(m, []).append(int(n[len(m):]))
+        else:
+            other.append(n)
+    out = []
+    for prefix, nums in sorted(groups.items()):
+        nums = sorted(nums)
+        if nums == list(range(nums[0], nums[-1] + 1)) and len(nums) > 2:
+            out.append("%s%d-%d" % (prefix, nums[0], nums[-1]))
+        else:
+            out.append(", ".join("%s%d" % (prefix, x) for x in nums))
+    if bridges:
+        out.append("%d PCIe bridges on the GPU<->NIC paths" % bridges)
+    return out + other
+
+
+def _lbl(v):
+    return str(v).replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ")
+
+
+def render_textfile(report, host):
+    """node_exporter textfile for one host: b300_triage_device{host,device,verdict} 1, b300_triage_host_verdict,
+    b300_triage_exit_code, b300_mlx5_cmd_timeouts (lines in the window). The IB counters themselves are not
+    re-exported: node_exporter's infiniband collector has them (anchors section 3)."""
+    h = report["hosts"].get(host) or {}
+    lines = ["# HELP b300_triage_device Triage verdict per device (1 for the verdict it has).",
+             "# TYPE b300_triage_device gauge"]
+    for name, d in sorted((h.get("devices") or {}).items()):
+        lines.append('b300_triage_device{host="%s",device="%s",verdict="%s"} 1' % (_lbl(host), _lbl(name), d["verdict"]))
+    lines += ["# HELP b300_triage_host_verdict 0 ok, 1 suspect, 2 fault, 3 could not triage.",
+              "# TYPE b300_triage_host_verdict gauge",
+              'b300_triage_host_verdict{host="%s"} %d' % (_lbl(host), {"ok": 0, "suspect": 1, "fault": 2}.get(h.get("status"), 3)),
+              "# HELP b300_triage_exit_code Exit code of the triage run that wrote this file.",
+              "# TYPE b300_triage_exit_code gauge",
+              'b300_triage_exit_code{host="%s"} %d' % (_lbl(host), report["summary"]["exit_code"])]
+    tmo = []
+    for name, d in sorted((h.get("devices") or {}).items()):
+        for f in d.get("findings") or []:
+            if f["check"] == "kernel_log" and "command timeouts" in f["summary"]:
+                tmo.append((name, int(f["summary"].split()[0])))
+    lines += ["# HELP b300_mlx5_cmd_timeouts mlx5 firmware-command timeout lines in the triage's kernel-log window.",
+              "# TYPE b300_mlx5_cmd_timeouts gauge"]
+    for name, n in tmo:
+        lines.append('b300_mlx5_cmd_timeouts{host="%s",device="%s"} %d' % (_lbl(host), _lbl(name), n))
+    return "\n".join(lines) + "\n"
