@@ -668,16 +668,23 @@ def split_exec_line(value):
     return prefix, argv
 
 
+def _secret_flag(word):
+    return word.startswith("--") and is_secret_name(word.split("=", 1)[0])
+
+
 def mask_argv(argv):
-    """The value after a flag that names a secret (--api-key VALUE) becomes <masked>, unless it is a ${VAR}
+    """--api-key VALUE and --api-key=VALUE (any flag naming a secret) get VALUE <masked>, unless VALUE is a ${VAR}
     reference (the key itself never is in argv: the launcher puts it there inside the process)."""
-    out = list(argv)
-    for i in range(1, len(out)):
-        prev = out[i - 1]
-        if prev.startswith("--") and is_secret_name(prev.split("=", 1)[0]) and not re.match(r"^\$\{\w+\}$", out[i]):
-            out[i] = MASK
-    return [a.split("=", 1)[0] + "=" + MASK if a.startswith("--") and "=" in a and is_secret_name(a.split("=", 1)[0])
-            else a for a in out]
+    out = []
+    for i, word in enumerate(argv):
+        prev = argv[i - 1] if i else ""
+        if _secret_flag(word) and "=" in word:
+            word = word.split("=", 1)[0] + "=" + MASK
+        elif _secret_flag(prev) and "=" not in prev and not word.startswith("--") \
+                and not re.match(r"^\$\{\w+\}$", word):
+            word = MASK
+        out.append(word)
+    return out
 
 
 def unit_lines_shown(unit_text):
@@ -784,7 +791,8 @@ def view_text(view):
             ", ".join(ports), ",".join(view.get("ib_devices") or []) or "none", view["url"])]
     lines = head + _block_lines("unit", view["unit_path"], view["unit_lines"])
     lines += _block_lines("env file", view["env_file"], view["env_lines"])
-    lines += ["  argv (ExecStart= as systemd splits it%s)" % (", prefix " + view["exec_prefix"] if view["exec_prefix"] else "")]
+    prefix = (", prefix " + view["exec_prefix"]) if view["exec_prefix"] else ""
+    lines += ["  argv (ExecStart= as systemd splits it%s)" % prefix]
     lines += argv_display(view["argv"])
     return "\n".join(line.rstrip() for line in lines)
 
