@@ -110,8 +110,9 @@ def test_plan_lines_are_the_units_lines_verbatim(deployment, planned):
     for view in planned["data"]["units"]:
         unit, env_path, env = deployment["units"][view["host"]][view["unit_path"]]
         assert view["env_file"] == env_path
-        hint = ("%s: the plan differs from %s on the host (the last deploy used variables other than the "
-                "inventory's, e.g. -e sglang_router_flags=seed?)" % (view["id"], view["unit_path"]))
+        hint = ("%s: the plan differs from %s on the host: the last deploy used variables other than the "
+                "inventory's (e.g. -e sglang_router_flags=seed), or ran from another checkout whose role or "
+                "profiles differ from this one's (a shared sandbox)" % (view["id"], view["unit_path"]))
         assert view["unit_lines"] == sp.unit_lines_shown(unit), hint
         assert view["env_lines"] == sp.env_lines_shown(env), hint
         assert [line for line in view["unit_lines"] if line.startswith("ExecStart=")], view["id"]
