@@ -10,7 +10,7 @@ N ?= 2
 PROFILE ?= kimi_k3
 SANDBOX_INV := inventory/sandbox
 
-.PHONY: help deps venv image wheelhouse sandbox sandbox-down demo test lint sanity unit parser integration molecule thermal audit reliability ee acceptance
+.PHONY: help deps venv image wheelhouse sandbox sandbox-down demo test lint sanity unit parser integration molecule thermal audit reliability ee acceptance plan
 
 help:
 	@echo "make demo      bring up the sandbox (2 emulated B300 hosts) and run site.yml -l b300a,b300b on it (PROFILE=kimi_k3|glm52_pd)"
@@ -76,6 +76,9 @@ reliability: sandbox wheelhouse  ## rolling restart / version change / faults un
 
 ee: image  ## the execution environment image localhost/b300-ee:latest (execution-environment.yml; offline; cached)
 	tools/build-ee.sh
+
+plan: venv  ## what site.yml would deploy for PROFILE (per instance GPUs, ports, RDMA, unit command line + env), no host touched; INV=inventory/production for the real hosts
+	tools/plan -i $(or $(INV),$(SANDBOX_INV)) $(PROFILE)
 
 audit: venv  ## the on-call firmware/GPU audit (read-only); INV=inventory/sandbox for the sandbox
 	tools/fw-audit -i $(or $(INV),inventory/production)

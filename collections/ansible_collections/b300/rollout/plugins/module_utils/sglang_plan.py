@@ -598,3 +598,206 @@ def _plan_router(profile, instances, hosts_by_name, settings, catalog, version, 
         "env_file": "%s/router.env" % str(settings.get("env_dir") or "/etc/sglang").rstrip("/"),
         "workers": _router_workers(instances),
     }
+
+
+# --- the plan as the units carry it ---------------------------------------------------------------------------------
+# `make plan` (playbooks/plan.yml) and the preflight (roles/sglang/tasks/validate.yml, "Validate | show the plan")
+# print the same text: the unit and env file of every instance and of the router, rendered by the role's own
+# templates (roles/sglang/templates/etc/...), reduced to the lines that say what runs and with which environment.
+# Nothing here renders a command line: the lines are read back out of the rendered files.
+
+UNIT_KEYS_SHOWN = ("ExecStartPre", "ExecStart", "Environment", "EnvironmentFile")
+SECRET_WORDS = frozenset(("KEY", "APIKEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "CREDENTIALS"))
+MASK = "<masked>"
+PLAN_SEPARATOR = "\n\n"
+_ASSIGNMENT_RE = re.compile(r'(?P<name>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>"(?:[^"\\]|\\.)*"|\S*)')
+_C_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", '"': '"', "'": "'", "s": " "}
+
+
+def is_secret_name(name):
+    """True for a variable or flag name one of whose words (split at _ and -) names a secret: SGLANG_API_KEY,
+    HF_TOKEN, --api-key, --admin-api-key; not SGLANG_..._MAX_TOKENS_PER_RANK (TOKENS is not TOKEN)."""
+    return bool(set(re.split(r"[_\-]+", str(name).upper().strip("-"))) & SECRET_WORDS)
+
+
+def _masked_value(value):
+    return '"%s"' % MASK if len(value) >= 2 and value[0] == value[-1] == '"' else MASK
+
+
+def mask_assignments(text):
+    """Every NAME=VALUE in text (VALUE bare or double-quoted) whose NAME names a secret gets VALUE <masked>."""
+    def repl(match):
+        if not is_secret_name(match.group("name")):
+            return match.group(0)
+        return "%s=%s" % (match.group("name"), _masked_value(match.group("value")))
+    return _ASSIGNMENT_RE.sub(repl, text)
+
+
+def mask_env_file_line(line):
+    """One line of an EnvironmentFile: NAME=VALUE, VALUE up to the end of the line (quotes kept, value masked)."""
+    name, sep, value = line.partition("=")
+    if not sep or not is_secret_name(name.strip()):
+        return line
+    return "%s=%s" % (name, _masked_value(value.strip()))
+
+
+def split_exec_line(value):
+    """Split the value of an ExecStart= line into (prefix, argv) the way systemd does: words separated by blanks,
+    double or single quotes group, C escapes inside them, then $$ -> $ and %% -> %. ("$${X}" reaches the program
+    as the literal ${X}; an unescaped ${X} systemd would replace with the variable's value: shown as written.)"""
+    prefix = re.match(r"^[-@:+!]*", value).group(0)
+    text, argv, i = value[len(prefix):], [], 0
+    while i < len(text):
+        if text[i].isspace():
+            i += 1
+            continue
+        word, quote = [], None
+        while i < len(text) and (quote or not text[i].isspace()):
+            char = text[i]
+            if quote is None and char in "\"'":
+                quote = char
+            elif char == quote:
+                quote = None
+            elif char == "\\" and i + 1 < len(text):
+                i += 1
+                word.append(_C_ESCAPES.get(text[i], text[i]))
+            else:
+                word.append(char)
+            i += 1
+        argv.append("".join(word).replace("$$", "$").replace("%%", "%"))
+    return prefix, argv
+
+
+def _secret_flag(word):
+    return word.startswith("--") and is_secret_name(word.split("=", 1)[0])
+
+
+def mask_argv(argv):
+    """--api-key VALUE and --api-key=VALUE (any flag naming a secret) get VALUE <masked>, unless VALUE is a ${VAR}
+    reference (the key itself never is in argv: the launcher puts it there inside the process)."""
+    out = []
+    for i, word in enumerate(argv):
+        prev = argv[i - 1] if i else ""
+        if _secret_flag(word) and "=" in word:
+            word = word.split("=", 1)[0] + "=" + MASK
+        elif _secret_flag(prev) and "=" not in prev and not word.startswith("--") \
+                and not re.match(r"^\$\{\w+\}$", word):
+            word = MASK
+        out.append(word)
+    return out
+
+
+def unit_lines_shown(unit_text):
+    """The lines of a rendered unit that say what runs and with which environment (UNIT_KEYS_SHOWN), in file
+    order, secrets masked."""
+    out = []
+    for line in (unit_text or "").splitlines():
+        key = line.split("=", 1)[0]
+        if key not in UNIT_KEYS_SHOWN or "=" not in line:
+            continue
+        if key == "Environment":
+            line = "Environment=" + mask_assignments(line[len("Environment="):])
+        elif key in ("ExecStart", "ExecStartPre") and _has_secret_flag_value(line):
+            line = _mask_exec_line(line)
+        out.append(line)
+    return out
+
+
+def _has_secret_flag_value(line):
+    prefix, argv = split_exec_line(line.split("=", 1)[1])
+    return mask_argv(argv) != argv
+
+
+def _mask_exec_line(line):
+    """An Exec line that carries a secret flag value: shown rebuilt from the masked argv (quoted like the units)."""
+    key, value = line.split("=", 1)
+    prefix, argv = split_exec_line(value)
+    return "%s=%s%s" % (key, prefix, exec_start_line(mask_argv(argv)))
+
+
+def env_lines_shown(env_text):
+    """The assignments of a rendered env file (comments and blank lines dropped), secrets masked."""
+    return [mask_env_file_line(line) for line in (env_text or "").splitlines()
+            if line.strip() and not line.lstrip().startswith("#")]
+
+
+def exec_argv(unit_lines):
+    """(prefix, argv) of the ExecStart= line among unit_lines (already masked), ([], '') when there is none."""
+    for line in unit_lines:
+        if line.startswith("ExecStart="):
+            return split_exec_line(line[len("ExecStart="):])
+    return "", []
+
+
+def _view(kind, unit_path, unit_text, env_path, env_text):
+    lines = unit_lines_shown(unit_text)
+    prefix, argv = exec_argv(lines)
+    return {"kind": kind, "unit_path": unit_path, "unit_lines": lines, "env_file": env_path,
+            "env_lines": env_lines_shown(env_text), "exec_prefix": prefix, "argv": argv}
+
+
+def instance_view(inst, unit_text, env_text, unit_dir="/etc/systemd/system"):
+    """What one planned instance (an entry of build_plan's instances) runs: the facts of the plan plus the lines of
+    its rendered unit and env file."""
+    view = _view("instance", "%s/%s" % (unit_dir, inst["unit_name"]), unit_text, inst["env_file"], env_text)
+    view.update({k: inst.get(k) for k in ("id", "host", "address", "name", "role", "profile", "version", "gpus",
+                                          "cuda_visible_devices", "port", "nccl_port", "bootstrap_port",
+                                          "ib_devices", "url", "unit_name")})
+    return view
+
+
+def router_view(router, unit_text, env_text, unit_dir="/etc/systemd/system"):
+    """What the planned router (build_plan's router) runs, with the lines of its rendered unit and env file."""
+    view = _view("router", "%s/%s" % (unit_dir, router["unit_name"]), unit_text, router["env_file"], env_text)
+    view.update({k: router.get(k) for k in ("host", "address", "version", "port", "prometheus_host",
+                                            "prometheus_port", "url", "unit_name", "workers")})
+    view["id"] = "%s/router" % router["host"]
+    view["name"] = "router"
+    return view
+
+
+def _shell_word(word):
+    return word if re.match(r"^[A-Za-z0-9_@%+=:,./${}-]+$", word) else "'" + word.replace("'", "'\"'\"'") + "'"
+
+
+def argv_display(argv, indent="    "):
+    """argv one flag per line: the program and its leading words first, then each --flag with its values (words
+    shell-quoted where needed)."""
+    groups = [[]]
+    for word in argv:
+        if word.startswith("--") and groups[-1]:
+            groups.append([])
+        groups[-1].append(word)
+    return [indent + ("  " if n else "") + " ".join(_shell_word(w) for w in g) for n, g in enumerate(groups) if g]
+
+
+def _block_lines(title, path, lines):
+    return ["  %s %s" % (title, path)] + ["    " + line for line in lines]
+
+
+def view_text(view):
+    """The text block of one view (see plan_text)."""
+    if view["kind"] == "router":
+        head = ["%s router: sglang-router %s, port %s, metrics %s:%s, URL %s" % (
+            view["host"], view["version"], view["port"], view["prometheus_host"], view["prometheus_port"], view["url"])]
+        head += ["  worker %s %s%s" % (w.get("worker_type"), w.get("url"),
+                                       (" bootstrap %s" % w["bootstrap_port"]) if w.get("bootstrap_port") else "")
+                 for w in view.get("workers") or []]
+    else:
+        ports = ["port %s" % view["port"]] + ["%s %s" % (k.replace("_", " "), view[k])
+                                              for k in ("nccl_port", "bootstrap_port") if view.get(k) is not None]
+        head = ["%s %s (%s, profile %s, sglang %s): GPUs %s, %s, RDMA %s, URL %s" % (
+            view["host"], view["name"], view["role"], view["profile"], view["version"], view["cuda_visible_devices"],
+            ", ".join(ports), ",".join(view.get("ib_devices") or []) or "none", view["url"])]
+    lines = head + _block_lines("unit", view["unit_path"], view["unit_lines"])
+    lines += _block_lines("env file", view["env_file"], view["env_lines"])
+    prefix = (", prefix " + view["exec_prefix"]) if view["exec_prefix"] else ""
+    lines += ["  argv (ExecStart= as systemd splits it%s)" % prefix]
+    lines += argv_display(view["argv"])
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def plan_text(views):
+    """The plan as text: one block per view, in the order given; plan_text(a + b) == plan_text(a) + PLAN_SEPARATOR
+    + plan_text(b), so the whole plan is the hosts' blocks one after the other."""
+    return PLAN_SEPARATOR.join(view_text(v) for v in views)

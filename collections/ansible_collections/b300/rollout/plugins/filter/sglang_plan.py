@@ -1,0 +1,34 @@
+# -*- coding: utf-8 -*-
+"""Filters sglang_plan_views and sglang_plan_text: the plan as the units carry it (module_utils/sglang_plan.py).
+
+Used by roles/sglang/tasks/validate.yml ("Validate | show the plan", printed by every preflight) and
+playbooks/plan.yml (`make plan`). Documentation: sglang_plan_views.yml, sglang_plan_text.yml next to this file.
+"""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+from ansible_collections.b300.rollout.plugins.module_utils.sglang_plan import instance_view, plan_text, router_view
+
+
+def sglang_plan_views(rendered, unit_dir="/etc/systemd/system"):
+    """[{kind: instance|router, plan: <plan entry>, unit: <rendered unit>, env: <rendered env file>}] -> views."""
+    views = []
+    for item in rendered or []:
+        make = {"instance": instance_view, "router": router_view}.get(item.get("kind"))
+        if make is None:
+            raise AnsibleFilterError("sglang_plan_views: kind %r is neither instance nor router" % item.get("kind"))
+        views.append(make(item["plan"], item.get("unit") or "", item.get("env") or "", unit_dir=unit_dir))
+    return views
+
+
+def sglang_plan_text(views):
+    """Views (from sglang_plan_views, one host's or every host's) -> the plan text."""
+    return plan_text(list(views or []))
+
+
+class FilterModule:
+    """The plan as the units carry it."""
+
+    def filters(self):
+        return {"sglang_plan_views": sglang_plan_views, "sglang_plan_text": sglang_plan_text}
