@@ -187,9 +187,15 @@ def _r(x):
     return None if x is None else round(x, 4)
 
 
-def one_request(url, seq, t0, timeout, stream, model, prompt, headers):
+# chat_template_kwargs that turn a reasoning model's thinking off: SGLang's serving_chat reads "thinking" (kimi_k3)
+# or "enable_thinking" (glm45) from them (_get_reasoning_from_request); the other key is ignored by the template.
+NO_THINKING = {"chat_template_kwargs": {"thinking": False, "enable_thinking": False}}
+
+
+def one_request(url, seq, t0, timeout, stream, model, prompt, headers, extra_body=None):
     body = {"model": model, "messages": [{"role": "user", "content": "%s #%d" % (prompt, seq)}],
             "max_tokens": 16, "stream": stream}
+    body.update(extra_body or {})
     req = urllib.request.Request(url.rstrip("/") + "/v1/chat/completions", data=json.dumps(body).encode(),
                                  method="POST", headers=dict({"Content-Type": "application/json"}, **headers))
     start = time.monotonic()
@@ -219,7 +225,7 @@ def one_request(url, seq, t0, timeout, stream, model, prompt, headers):
 
 
 def run(url, requests, duration, concurrency, timeout=30.0, rps=None, stream=False, model="default",
-        prompt="loadgen", headers=None, on_record=None, clock=time.monotonic):
+        prompt="loadgen", headers=None, on_record=None, clock=time.monotonic, extra_body=None):
     """Send at most `requests` requests within `duration` seconds; returns the records (sorted by seq)."""
     check_target(url)
     check_bounds(requests, duration, concurrency, timeout)
@@ -242,7 +248,7 @@ def run(url, requests, duration, concurrency, timeout=30.0, rps=None, stream=Fal
                     if clock() + wait >= stop_at:
                         return
                     time.sleep(wait)
-            rec = one_request(url, seq, t0, timeout, stream, model, prompt, headers or {})
+            rec = one_request(url, seq, t0, timeout, stream, model, prompt, headers or {}, extra_body)
             with lock:
                 records.append(rec)
                 if on_record:
@@ -258,6 +264,10 @@ def run(url, requests, duration, concurrency, timeout=30.0, rps=None, stream=Fal
         return sorted(records, key=lambda r: r["seq"])
 
 
+def loadgen_no_thinking(flag):
+    return dict(NO_THINKING) if flag else None
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description="bounded chat-completion load through the router (loopback/sandbox)")
     ap.add_argument("--url", required=True, help="router base URL, e.g. http://127.0.0.1:30000")
@@ -270,6 +280,8 @@ def main(argv=None):
     ap.add_argument("--stream", action="store_true", help="use SSE streaming")
     ap.add_argument("--model", default="default")
     ap.add_argument("--api-key", help="sent as Authorization: Bearer")
+    ap.add_argument("--no-thinking", action="store_true",
+                    help="ask a reasoning model not to think (chat_template_kwargs thinking/enable_thinking false)")
     ap.add_argument("--window", type=float, default=1.0, help="seconds per window in the summary")
     ap.add_argument("--out", help="JSON lines, one per request")
     ap.add_argument("--summary", help="write the summary JSON here (always printed)")
@@ -294,7 +306,8 @@ def main(argv=None):
 
     try:
         records = run(opts.url, opts.requests, opts.duration, opts.concurrency, opts.timeout, opts.rps, opts.stream,
-                      opts.model, headers=headers, on_record=on_record)
+                      opts.model, headers=headers, on_record=on_record,
+                      extra_body=loadgen_no_thinking(opts.no_thinking))
     finally:
         if out:
             out.close()

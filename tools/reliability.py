@@ -232,8 +232,11 @@ class Load:
                 if seq >= self.max_requests or self.now() >= self.max_duration_s:
                     return
                 self.next += 1
+            # every other request asks the model not to think: a reasoning model's 16-token answer is all
+            # reasoning_content (an answer, counted as one), and only the answer part of the stub names the worker
+            # and version that served it (the version scenarios check that)
             rec = loadgen.one_request(self.url, seq, self.t0, self.timeout_s, False, "default", "reliability",
-                                      self.headers)
+                                      self.headers, loadgen.NO_THINKING if seq % 2 else None)
             with self.lock:
                 self.records.append(rec)
 
@@ -415,8 +418,10 @@ class Bench:
         """Faults cleared, every instance running and in the router (rerun the rollout for the missing ones)."""
         self.clear_faults(layout)
         for inst in layout["instances"]:
-            sh(inst["host"], "systemctl reset-failed %s >/dev/null 2>&1; systemctl is-active -q %s || systemctl start %s"
-               % (inst["unit"], inst["unit"], inst["unit"]), check=False)
+            # --no-block: a crash-looping unit's start job waits for RestartSec and its ExecStartPre (more than the
+            # exec timeout on the loaded 2-core machine); wait_serving below does the waiting, bounded
+            sh(inst["host"], "systemctl reset-failed %s >/dev/null 2>&1; systemctl is-active -q %s || "
+               "systemctl start --no-block %s" % (inst["unit"], inst["unit"], inst["unit"]), check=False)
         listed = {w.get("url"): w for w in router_workers(layout)}
         missing = [i["id"] for i in layout["instances"] if i["url"] not in listed]
         if missing:

@@ -149,10 +149,17 @@ def test_one_request_records_where_the_answer_was(monkeypatch):
 
         def __exit__(self, *a):
             return False
-    monkeypatch.setattr(loadgen.urllib.request, "urlopen", lambda req, timeout: Resp(bodies.pop(0)))
+    sent = []
+
+    def urlopen(req, timeout):
+        sent.append(json.loads(req.data))
+        return Resp(bodies.pop(0))
+    monkeypatch.setattr(loadgen.urllib.request, "urlopen", urlopen)
     rec = loadgen.one_request("http://127.0.0.1:1", 0, time.monotonic(), 5, False, "m", "p", {})
     assert rec["ok"] and rec["answer_in"] == "reasoning_content" and rec["error"] is None
-    rec = loadgen.one_request("http://127.0.0.1:1", 1, time.monotonic(), 5, False, "m", "p", {})
+    rec = loadgen.one_request("http://127.0.0.1:1", 1, time.monotonic(), 5, False, "m", "p", {}, loadgen.NO_THINKING)
+    assert "chat_template_kwargs" not in sent[0]
+    assert sent[1]["chat_template_kwargs"] == {"thinking": False, "enable_thinking": False}
     assert not rec["ok"] and rec["answer_in"] is None and rec["error"].startswith("empty answer")
     assert loadgen.summarize([dict(rec, ok=True, answer_in="reasoning_content", latency_s=0.1)])[
         "answers_in_reasoning_content"] == 1
