@@ -107,13 +107,24 @@ def routes():
     app = http_server.app
     add_prometheus_middleware(app)   # what launch does with enable_metrics (http_server.py lifespan)
     out = []
-    for r in app.routes:
-        path = getattr(r, "path", None)
-        if path is None:
-            continue
-        methods = sorted(getattr(r, "methods", None) or [])
-        out.append({"path": path, "methods": methods, "kind": type(r).__name__,
-                    "auth": str(getattr(getattr(r, "endpoint", None), "_auth_level", "") or "")})
+
+    def walk(routes, prefix):
+        for r in routes:
+            inner = getattr(r, "original_router", None)
+            if inner is not None:
+                # FastAPI >= 0.16x keeps an included router (app.include_router(v1_loads_router): /v1/loads) as one
+                # _IncludedRouter entry instead of copying its routes into app.routes: walk into it
+                ctx = getattr(r, "include_context", None)
+                walk(inner.routes, prefix + (getattr(ctx, "prefix", "") or ""))
+                continue
+            path = getattr(r, "path", None)
+            if path is None:
+                continue
+            methods = sorted(getattr(r, "methods", None) or [])
+            out.append({"path": prefix + path, "methods": methods, "kind": type(r).__name__,
+                        "auth": str(getattr(getattr(r, "endpoint", None), "_auth_level", "") or "")})
+
+    walk(app.routes, "")
     return {"routes": out}
 
 
