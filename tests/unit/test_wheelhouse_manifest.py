@@ -179,6 +179,7 @@ STEP = """
                         'after_stale': _sglang_wheelhouse_after.stale | default(None)}} | to_json }}}}"
         dest: "{tmp}/report-{step}.json"
         mode: "0644"
+      check_mode: false
 """
 # between the steps: a file the controller no longer lists appears on the host; then a new build of one wheel on the
 # controller, and a host copy damaged in place with its size and mtime put back (only its ctime tells)
@@ -208,8 +209,7 @@ BETWEEN = {
 }
 
 
-def _play(tmp_path, src, dest):
-    steps = ["first", "again", "third"]
+def _play(tmp_path, src, dest, steps=("first", "again", "third"), check=False):
     fmt = dict(tmp=tmp_path, src=src, dest=dest, python=sys.executable)
     pb = tmp_path / "play.yml"
     pb.write_text("- name: Wheelhouse to a local host, three times\n  hosts: localhost\n  gather_facts: false\n"
@@ -221,7 +221,8 @@ def _play(tmp_path, src, dest):
     proc = subprocess.run([str(exe) if exe.exists() else "ansible-playbook", "-i", "localhost,", "-c", "local",
                            "-e", "ansible_python_interpreter=%s" % sys.executable,
                            "-e", "sglang_wheelhouse_dir=%s/" % src, "-e", "sglang_wheelhouse_remote_dir=%s" % dest,
-                           str(pb)], cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=300)
+                           str(pb)] + (["--check"] if check else []), cwd=str(ROOT), env=env, capture_output=True,
+                          text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     return [json.loads((tmp_path / ("report-%s.json" % s)).read_text()) for s in steps]
 
@@ -248,3 +249,12 @@ def test_the_role_copies_what_differs_and_a_rerun_reads_nothing(tmp_path):
     assert (dest / "b-2.0-py3-none-any.whl").read_bytes() == b"b" * 8192
     assert (dest / "old-0.1-py3-none-any.whl").exists()
     assert sorted(p.name for p in dest.iterdir()) == sorted(names + [".b300-wheelhouse.json", "old-0.1-py3-none-any.whl"])
+
+
+def test_check_mode_copies_nothing_and_writes_no_record(tmp_path):
+    src, dest = tmp_path / "controller", tmp_path / "host" / "wheelhouse"
+    src.mkdir()
+    _write(src, "a-1.0-py3-none-any.whl", b"a" * 4096)
+    (report,) = _play(tmp_path, src, dest, steps=("check",), check=True)
+    assert report["stale"] == ["a-1.0-py3-none-any.whl"] and report["after_stale"] is None
+    assert not dest.exists() and not (src / wh.RECORD_NAME).exists()
