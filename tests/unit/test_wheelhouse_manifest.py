@@ -167,6 +167,9 @@ def test_the_record_is_replaced_atomically_and_readable(house):
 # The role's task file, run for real: controller wheelhouse -> a local "host" directory.
 
 STEP = """
+    - name: A new run ({step}) knows nothing of an earlier one
+      ansible.builtin.set_fact:
+        _sglang_wheelhouse_synced: ""
     - name: Bring the wheelhouse ({step})
       ansible.builtin.include_role:
         name: sglang
@@ -191,6 +194,18 @@ BETWEEN = {
         dest: "{dest}/old-0.1-py3-none-any.whl"
         mode: "0644"
 """,
+    "reuse": """
+    - name: A second include in the same run (the router's install on a worker host) reuses the first one
+      ansible.builtin.include_role:
+        name: sglang
+        tasks_from: wheelhouse
+    - name: Report (reuse)
+      ansible.builtin.copy:
+        content: "{{{{ {{'skipped': _sglang_wheelhouse_dest is skipped, 'synced': _sglang_wheelhouse_synced}} | to_json }}}}"
+        dest: "{tmp}/report-reuse.json"
+        mode: "0644"
+      check_mode: false
+""",
     "third": """
     - name: A new build of one wheel on the controller, a host copy damaged in place
       ansible.builtin.command:
@@ -210,10 +225,13 @@ BETWEEN = {
 
 
 def _play(tmp_path, src, dest, steps=("first", "again", "third"), check=False):
+    """Run the role's wheelhouse.yml for each step in one play; a step named in BETWEEN gets those tasks first (the
+    "reuse" step is only those tasks)."""
     fmt = dict(tmp=tmp_path, src=src, dest=dest, python=sys.executable)
     pb = tmp_path / "play.yml"
     pb.write_text("- name: Wheelhouse to a local host, three times\n  hosts: localhost\n  gather_facts: false\n"
-                  "  tasks:\n" + "".join(BETWEEN.get(s, "").format(**fmt) + STEP.format(step=s, **fmt) for s in steps))
+                  "  tasks:\n" + "".join(BETWEEN.get(s, "").format(**fmt) + ("" if s == "reuse" else STEP.format(step=s, **fmt))
+                                        for s in steps))
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"),
                ANSIBLE_CACHE_PLUGIN="memory", ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0",
                ANSIBLE_ROLES_PATH=str(ROOT / "roles"))
@@ -235,12 +253,14 @@ def test_the_role_copies_what_differs_and_a_rerun_reads_nothing(tmp_path):
     _write(src, "SHA256SUMS", b"x\n")
     names = ["SHA256SUMS", "a-1.0-py3-none-any.whl", "b-2.0-py3-none-any.whl"]
 
-    first, again, third = _play(tmp_path, src, dest)
+    first, again, reuse, third = _play(tmp_path, src, dest, steps=("first", "again", "reuse", "third"))
     # first: everything copied, then hashed on the host and found equal
     assert first["stale"] == names and first["after_stale"] == [] and sorted(first["after_hashed"]) == names
     # again: nothing read on either side but the one new file on the host, nothing copied, the stranger reported
     assert again == {"src_hashed": [], "dest_hashed": ["old-0.1-py3-none-any.whl"], "stale": [],
                      "extra": ["old-0.1-py3-none-any.whl"], "after_hashed": None, "after_stale": None}
+    # the same run again: nothing compared, the first pass's proof reused
+    assert reuse == {"skipped": True, "synced": "%s -> %s" % (src, dest)}
     # third: the changed controller file and the damaged host copy, and only they, are read and copied again
     assert third["src_hashed"] == ["a-1.0-py3-none-any.whl"]
     assert third["dest_hashed"] == ["b-2.0-py3-none-any.whl"]
