@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Summarise the ansible.posix.profile_tasks recap of a first converge and its no-change re-run (tools/rerun-profile.sh).
+"""Summarise the ansible.posix.profile_tasks recaps of a first converge and its no-change re-run
+(tools/rerun-profile.sh).
 
     tools/rerun-profile-summary.py DIR [DIR ...]     DIR holds first.log, rerun.log, times.txt
 
@@ -53,7 +54,8 @@ def summary(d, top=12):
         out.append("| %s | %.1f s | %.1f s | %d |" % (label, t.get(label, 0.0), sum(s for _, s in rows), len(rows)))
     if t.get("first converge"):
         out.append("")
-        out.append("Re-run / first converge: **%.0f%%** (wall time)." % (100 * t["no-change re-run"] / t["first converge"]))
+        ratio = 100 * t["no-change re-run"] / t["first converge"]
+        out.append("Re-run / first converge: **%.0f%%** (wall time)." % ratio)
     for label, rows in runs.items():
         by_phase = collections.Counter()
         for name, s in rows:

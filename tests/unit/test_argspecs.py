@@ -131,7 +131,8 @@ def test_a_commented_out_example_ends_its_block(tmp_path):
 
 
 def test_a_keylike_line_without_the_role_prefix_declares_nothing(tmp_path):
-    opts = _generate(tmp_path, "---\n# Rows. Example:\n#   source: \"run 2026-03\"\n#   driver: {a: 1}\ndemo_rows: []\n")
+    opts = _generate(tmp_path,
+                     "---\n# Rows. Example:\n#   source: \"run 2026-03\"\n#   driver: {a: 1}\ndemo_rows: []\n")
     assert set(opts) == {"demo_rows"}
     assert opts["demo_rows"]["description"] == 'Rows. Example: source: "run 2026-03" driver: {a: 1}'
 

@@ -29,10 +29,11 @@ PLACEHOLDER_RE = re.compile(r"<[^>/]*>?|\{\{?[^}/]*\}?\}?|\$\{?\w+\}?|\[[^\]/]*\
 MACHINE_PATH_RE = re.compile(r"(?<![\w.])/" + "work/")
 TEXT_SUFFIXES = {".py", ".yml", ".yaml", ".md", ".sh", ".j2", ".cfg", ".toml", ".ini", ".txt", ".service", ".conf"}
 TEXT_NAMES = {"Makefile", "run", "fw-audit", "README"}
-# recorded data: fixtures, device-run logs and the re-run profiles (docs/rerun-raw) quote the paths of the machine they came from; option catalogs are
-# SGLang's own help texts; this file quotes missing paths on purpose (its own examples)
-SKIP = ("tests/fixtures/", "tests/unit/test_repo_paths.py", "docs/evidence/**/*.log", "docs/evidence/**/*.json", "docs/evidence/**/*.txt",
-        "docs/evidence/**/*.csv", "docs/evidence/**/*.out", "docs/rerun-raw/", "roles/*/files/options/")
+# recorded data: fixtures, device-run logs and the re-run profiles (docs/rerun-raw) quote the paths of the machine
+# they came from; option catalogs are SGLang's own help texts; this file quotes missing paths on purpose (examples)
+SKIP = ("tests/fixtures/", "tests/unit/test_repo_paths.py", "docs/evidence/**/*.log", "docs/evidence/**/*.json",
+        "docs/evidence/**/*.txt", "docs/evidence/**/*.csv", "docs/evidence/**/*.out", "docs/rerun-raw/",
+        "roles/*/files/options/")
 # paths an operator or a developer is told to create: (path, why it is not in the repository)
 ALLOWED = {
     "inventory/production/group_vars/vault.yml": "the operator creates it from vault.yml.example and encrypts it",

@@ -201,7 +201,8 @@ BETWEEN = {
         tasks_from: wheelhouse
     - name: Report (reuse)
       ansible.builtin.copy:
-        content: "{{{{ {{'skipped': _sglang_wheelhouse_dest is skipped, 'synced': _sglang_wheelhouse_synced}} | to_json }}}}"
+        content: >-
+          {{{{ {{'skipped': _sglang_wheelhouse_dest is skipped, 'synced': _sglang_wheelhouse_synced}} | to_json }}}}
         dest: "{tmp}/report-reuse.json"
         mode: "0644"
       check_mode: false
@@ -230,8 +231,8 @@ def _play(tmp_path, src, dest, steps=("first", "again", "third"), check=False):
     fmt = dict(tmp=tmp_path, src=src, dest=dest, python=sys.executable)
     pb = tmp_path / "play.yml"
     pb.write_text("- name: Wheelhouse to a local host, three times\n  hosts: localhost\n  gather_facts: false\n"
-                  "  tasks:\n" + "".join(BETWEEN.get(s, "").format(**fmt) + ("" if s == "reuse" else STEP.format(step=s, **fmt))
-                                        for s in steps))
+                  "  tasks:\n" + "".join(BETWEEN.get(s, "").format(**fmt)
+                                        + ("" if s == "reuse" else STEP.format(step=s, **fmt)) for s in steps))
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"),
                ANSIBLE_CACHE_PLUGIN="memory", ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0",
                ANSIBLE_ROLES_PATH=str(ROOT / "roles"))
@@ -268,7 +269,8 @@ def test_the_role_copies_what_differs_and_a_rerun_reads_nothing(tmp_path):
     assert (dest / "a-1.0-py3-none-any.whl").read_bytes() == b"A" * 4096
     assert (dest / "b-2.0-py3-none-any.whl").read_bytes() == b"b" * 8192
     assert (dest / "old-0.1-py3-none-any.whl").exists()
-    assert sorted(p.name for p in dest.iterdir()) == sorted(names + [".b300-wheelhouse.json", "old-0.1-py3-none-any.whl"])
+    assert sorted(p.name for p in dest.iterdir()) == sorted(
+        names + [".b300-wheelhouse.json", "old-0.1-py3-none-any.whl"])
 
 
 def test_check_mode_copies_nothing_and_writes_no_record(tmp_path):
