@@ -12,6 +12,7 @@ import sys
 import types
 
 import pytest
+import yaml
 
 from ansible_collections.b300.rollout.plugins.module_utils import wheelhouse as wh
 
@@ -280,3 +281,12 @@ def test_check_mode_copies_nothing_and_writes_no_record(tmp_path):
     (report,) = _play(tmp_path, src, dest, steps=("check",), check=True)
     assert report["stale"] == ["a-1.0-py3-none-any.whl"] and report["after_stale"] is None
     assert not dest.exists() and not (src / wh.RECORD_NAME).exists()
+
+
+def test_the_controller_side_task_does_not_become_root_on_the_controller():
+    """The deploy plays run with become: true for the hosts; a task delegated to the controller must not ask for sudo
+    there (the operator's controller account reads its own wheelhouse)."""
+    tasks = yaml.safe_load((ROOT / "roles/sglang/tasks/wheelhouse.yml").read_text())
+    flat = [t for block in tasks for t in block.get("block", [block])]
+    local = [t for t in flat if t.get("delegate_to") == "localhost"]
+    assert local and all(t.get("become") is False for t in local), local
