@@ -12,6 +12,12 @@ The key is added and removed with the default rolling strategy (router first the
 key; workers first then the router), a different key on the keyed fleet is refused before any change (no order keeps
 serving through a rotation). Afterwards kimi_k3 is deployed again WITHOUT a key (the state the other sandbox tests
 expect), also checked.
+No secret in any output (issue 23): a key that cannot be a Bearer token is refused by preflight before any task
+could put it in a header (ansible-core prints the error text of a module that raised even under no_log: reproduced
+below with uri and a key holding a newline); the whole output (-vvv) of failing runs and the controller-side
+artifacts (the ansible log, a jsonfile fact cache, artifacts/, Ansible's local temp) hold no key: bad keys refused
+controller-side, a key the router rejects (its env file says another key than the process holds) and an unreachable
+router (rolling_restart.yml against a port nothing listens on), the last two on the keyed sandbox fleet.
 `playbooks/firmware_audit.yml --check` changing nothing (changed=0, no file changed on the hosts) is already proven by
 tests/integration/test_firmware_audit.py::test_audit_in_check_mode_changes_nothing; not duplicated here.
 The key is in no /proc/<pid>/cmdline (read as root and as nobody) and not in the journal (the stub logs server_args
@@ -19,10 +25,14 @@ with api_key at INFO like SGLang 0.5.17; roles/sglang/files/sglang_launch.py red
 """
 import base64
 import json
+import os
 import pathlib
 import re
 import shlex
 import secrets
+import subprocess
+import sys
+import tempfile
 import time
 import urllib.error
 import urllib.parse
@@ -37,7 +47,7 @@ ROUTER = "http://10.89.30.11:30080"
 UNITS = {"b300a": ["sglang-kimi_k3-w0.service", "sglang-router.service"], "b300b": ["sglang-kimi_k3-w0.service"]}
 ENV_FILES = {"b300a": ["/etc/sglang/kimi_k3-w0.env", "/etc/sglang/router.env"], "b300b": ["/etc/sglang/kimi_k3-w0.env"]}
 
-pytestmark = [pytest.mark.integration, pytest.mark.sandbox]
+pytestmark = [pytest.mark.integration]   # the sandbox tests get the fleet through the `keyed` fixture
 
 
 def deploy(sandbox, *extra, verbose=False):
@@ -228,3 +238,120 @@ def test_key_not_in_journal(sandbox, keyed):
             assert "api_key='<redacted>'" in root_log, (
                 "%s: the stub's server_args line with api_key='<redacted>' was not found in the journal of %s; the "
                 "redaction is then not tested" % (host, units))
+
+
+# --- no secret in any output (issue 23) --------------------------------------------------------------------------
+LEAK_PLAY = """
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: a router API call the way the role makes it (no_log)
+      ansible.builtin.uri:
+        url: http://127.0.0.1:9/workers
+        headers: {Authorization: "Bearer {{ k }}"}
+      no_log: true
+"""
+
+
+def traces(key, texts, dirs):
+    """Where the key (or its distinctive core, or its base64) appears: [place, ...]."""
+    core = key.strip()[8:] if len(key.strip()) > 16 else key.strip()
+    forms = {f for f in (key, key.strip(), core, base64.b64encode(key.encode()).decode()) if f.strip()}
+    found = [name for name, text in texts.items() if any(f in text for f in forms)]
+    for d in dirs:
+        for path in pathlib.Path(d).rglob("*") if pathlib.Path(d).is_dir() else []:
+            if path.is_file() and path.stat().st_size < 50 * 1024 * 1024:
+                data = path.read_bytes().decode("utf-8", "replace")
+                if any(f in data for f in forms):
+                    found.append(str(path))
+    return found
+
+
+def controller_run(argv, tmp, extra_env=None):
+    """ansible-playbook on the controller with every controller-side trace redirected into tmp: the log
+    (ANSIBLE_LOG_PATH), a jsonfile fact cache, Ansible's local temp; -vvv."""
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0", NO_COLOR="1",
+               ANSIBLE_LOG_PATH=str(tmp / "ansible.log"), ANSIBLE_CACHE_PLUGIN="jsonfile",
+               ANSIBLE_CACHE_PLUGIN_CONNECTION=str(tmp / "facts"), ANSIBLE_LOCAL_TEMP=str(tmp / "local-tmp"),
+               PATH="%s:%s" % (ROOT / ".venv" / "bin", os.environ.get("PATH", "")), **(extra_env or {}))
+    r = subprocess.run(argv + ["-vvv"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False)
+    return r.returncode, r.stdout + r.stderr
+
+
+def test_a_raising_module_prints_its_header_despite_no_log_so_keys_are_checked_before_use(tmp_path):
+    """The hazard of issue 23, reproduced: uri with a key holding a newline raises, and ansible-core prints the
+    error text, key included, although the task has no_log. Keys are therefore refused by preflight (next test)."""
+    key = "sk-b300-" + secrets.token_hex(8) + "\n" + secrets.token_hex(8)
+    play = tmp_path / "leak.yml"
+    play.write_text(LEAK_PLAY)
+    rc, out = controller_run(["ansible-playbook", "-i", "localhost,", "-c", "local", str(play), "-e",
+                              json.dumps({"k": key, "ansible_python_interpreter": sys.executable})], tmp_path)
+    assert rc != 0
+    assert key.split("\n")[1] in out, ("ansible-core no longer prints a raising module's error text under no_log; "
+                                        "the preflight check stays, update this note:\n" + out[-2000:])
+
+
+@pytest.mark.parametrize("key", ["sk-b300-" + "7e" * 12 + "\n", "sk-b300 " + "a1" * 16, "schl\u00fcssel-" + "c3" * 12,
+                                 "\t" + "9f" * 16, "sk-b300-" + "4d" * 12 + "\r\n"],
+                         ids=["newline", "space", "non_ascii", "tab", "crlf"])
+def test_bad_key_refused_and_in_no_output_or_artifact(key, tmp_path):
+    """site.yml --tags preflight (controller side, as the bad-input table runs it) with -vvv: refused by the value
+    rules, and the key is in no output, log, fact cache, artifact or temp file."""
+    sys.path.insert(0, str(ROOT / "tests" / "integration"))
+    import test_bad_input as tbi  # noqa: E402,PLC0415  pylint: disable=import-outside-toplevel
+    varsfile = tmp_path / "key.yml"
+    varsfile.write_text(json.dumps({"sglang_api_key": key, "sglang_profile": "kimi_k3"}))
+    hw = {"hw_module_defaults": {"bin_path": [str(tbi.HWEMU / "bin")], "sysfs_root": str(tmp_path / "sys")},
+          "ansible_python_interpreter": sys.executable, "ansible_become": False, "sglang_host_checks": False}
+    env = tbi.controller_env(tmp_path)
+    argv = ["ansible-playbook", "-i", str(ROOT / "inventory" / "sandbox"), "site.yml", "--tags", "preflight",
+            "-l", "b300a,b300b", "-c", "local", "-e", "@%s" % SANDBOX_VARS, "-e", "@%s" % varsfile,
+            "-e", json.dumps(hw)]
+    rc, out = controller_run(argv, tmp_path, {k: env[k] for k in ("HWEMU_ROOT",)})
+    assert rc != 0 and "sglang_api_key: (secret, value not shown" in out, out[-3000:]
+    assert not traces(key, {"output (-vvv)": out}, [tmp_path / "ansible.log", tmp_path / "facts",
+                                                   tmp_path / "local-tmp", ROOT / "artifacts"]), out[-3000:]
+    assert (tmp_path / "ansible.log").stat().st_size > 1000   # the log is the real thing
+
+
+def rolling_restart(sandbox, tmp, *extra):
+    argv = ["ansible-playbook", "-i", sandbox.inventory, "playbooks/rolling_restart.yml", "-l", "b300a,b300b",
+            "-e", "sglang_profile=kimi_k3", "-e", "@%s" % SANDBOX_VARS, "-e", "sglang_router_ready_timeout_s=10",
+            "-e", "sglang_reachability_check=false"] + list(extra)
+    return controller_run(argv, tmp, {k: v for k, v in sandbox.env.items() if k.startswith("CONTAINERS")})
+
+
+def test_key_the_router_rejects_in_no_output_or_artifact(sandbox, keyed, tmp_path):
+    """The router's env file says another key than the one its process holds (a hand edit, an interrupted run): the
+    role's router calls send the file's key, the router answers 401, the run fails; neither key is anywhere."""
+    key, _ = keyed
+    other = "sk-b300-" + secrets.token_hex(16)
+    sandbox.exec("b300a", "cp -p /etc/sglang/router.env /root/router.env.keep && "
+                 "sed -i 's/^SGLANG_API_KEY=.*/SGLANG_API_KEY=\"%s\"/' /etc/sglang/router.env" % other)
+    try:
+        rc, out = rolling_restart(sandbox, tmp_path, "-e", "@%s" % keyed_vars(sandbox, tmp_path, other),
+                                  "-e", '{"sglang_rolling_instances": ["b300a/W0"]}')
+    finally:
+        sandbox.exec("b300a", "mv /root/router.env.keep /etc/sglang/router.env")
+    assert rc != 0 and "Rolling restart stopped at b300a/W0" in " ".join(out.split()), out[-3000:]
+    assert not traces(key, {"output (-vvv)": out}, [tmp_path, ROOT / "artifacts"]), "the router's key leaked"
+    assert not traces(other, {"output (-vvv)": out}, [tmp_path, ROOT / "artifacts"]), "the rejected key leaked"
+    assert chat(key)[0] == 200
+
+
+def test_unreachable_router_in_no_output_or_artifact(sandbox, keyed, tmp_path):
+    """The router's URL answers nothing (a port nothing listens on): the router calls fail, nothing was changed, and
+    the key is nowhere in the output or the controller-side artifacts."""
+    key, _ = keyed
+    rc, out = rolling_restart(sandbox, tmp_path, "-e", "@%s" % keyed_vars(sandbox, tmp_path, key),
+                              "-e", '{"sglang_profile_overrides": {"router": {"port": 30099}}}',
+                              "-e", '{"sglang_rolling_instances": ["b300a/W0"]}')
+    assert rc != 0 and "STILL in the router" in " ".join(out.split()), out[-3000:]
+    assert not traces(key, {"output (-vvv)": out}, [tmp_path, ROOT / "artifacts"]), "the key leaked"
+    assert chat(key)[0] == 200
+
+
+def keyed_vars(sandbox, tmp, key):
+    path = pathlib.Path(tempfile.mkstemp(dir=tmp, suffix=".yml")[1])
+    path.write_text(yaml.safe_dump({"sglang_api_key": key}))
+    return path

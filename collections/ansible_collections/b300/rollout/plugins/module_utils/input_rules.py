@@ -142,10 +142,10 @@ def _type_name(value):
 
 
 # --- rules: each returns None or raises Refusal -------------------------------------------------------------------
-def rule_secret(value, optional=True):
+def rule_secret(value, optional=True, min_len=SECRET_MIN_LEN, max_len=SECRET_MAX_LEN):
     """An API key sent as `Authorization: Bearer <key>` (router health checks, clients, the role's own calls)."""
     rule = ("a Bearer token (RFC 6750/7235 token68: letters, digits and - . _ ~ + /, '=' only at the end), "
-            "%d-%d characters, no whitespace or control characters" % (SECRET_MIN_LEN, SECRET_MAX_LEN))
+            "%d-%d characters, no whitespace or control characters" % (min_len, max_len))
     fix = ("generate one with `openssl rand -hex 32` and keep it in ansible-vault; a key read from a file keeps its "
            "trailing newline (strip it: `| trim`)")
     if value is None or (isinstance(value, str) and value == ""):
@@ -168,8 +168,8 @@ def rule_secret(value, optional=True):
             extra = " ('=' is padding, allowed only at the end)" if ch == "=" else ""
             raise Refusal("%s holds a character outside the token alphabet at character %d%s" % (where, i + 1, extra),
                           rule, fix)
-    if not SECRET_MIN_LEN <= len(value) <= SECRET_MAX_LEN:
-        raise Refusal("%s is %s" % (where, "too short" if len(value) < SECRET_MIN_LEN else "too long"), rule, fix)
+    if not min_len <= len(value) <= max_len:
+        raise Refusal("%s is %s" % (where, "too short" if len(value) < min_len else "too long"), rule, fix)
 
 
 def _path_common(value, rule, fix, required=True):
@@ -754,8 +754,9 @@ def check_host_inputs(host, hvars):
     return problems
 
 
-def check_secret(name, value, host=None, optional=True):
-    """One secret (e.g. the key the running router holds): [] or one message without the value."""
+def check_secret(name, value, host=None, optional=True, min_len=SECRET_MIN_LEN, max_len=SECRET_MAX_LEN):
+    """One secret: [] or one message without the value. The key a running router holds (read back from its env file)
+    is checked with min_len=1: it only has to be sendable as a Bearer token, whatever length it was set with."""
     problems = []
-    _run(problems, host, name, lambda v: rule_secret(v, optional=optional), value)
+    _run(problems, host, name, lambda v: rule_secret(v, optional=optional, min_len=min_len, max_len=max_len), value)
     return problems

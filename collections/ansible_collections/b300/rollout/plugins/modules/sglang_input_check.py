@@ -39,7 +39,10 @@ options:
     type: dict
     default: {}
   secrets:
-    description: Secret variables, name -> value (e.g. C(sglang_api_key)); checked like the others, never shown.
+    description:
+      - Secret values, name -> value; checked like the others, never shown. C(sglang_api_key) by its rule; any other
+        name (e.g. the key a running router holds, read from its env file) as a key that may be empty and must only
+        be sendable as a Bearer token (any length).
     type: dict
     default: {}
   host_values:
@@ -83,7 +86,7 @@ checked:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.b300.rollout.plugins.module_utils.input_rules import (
-    ROLE_RULES, check_host_inputs, check_profile_data, check_role_inputs)
+    ROLE_RULES, check_host_inputs, check_profile_data, check_role_inputs, check_secret)
 
 
 def main():
@@ -101,14 +104,17 @@ def main():
     p = module.params
     host = p["host"]
     values = dict(p["values"] or {})
-    values.update(p["secrets"] or {})
+    other_secrets = {k: v for k, v in (p["secrets"] or {}).items() if k not in ROLE_RULES}
+    values.update({k: v for k, v in (p["secrets"] or {}).items() if k in ROLE_RULES})
     problems = check_role_inputs(values, host)
+    for name, value in sorted(other_secrets.items()):
+        problems += check_secret(name, value, host, min_len=1, max_len=8192)
     host_values = dict(p["host_values"] or {})
     host_values.setdefault("sglang_instance_overrides", values.get("sglang_instance_overrides"))
     problems += check_host_inputs(host, host_values)
     if p["profile"]:
         problems += check_profile_data(p["profile"], "profile %s" % p["profile"].get("name", "?"), host)
-    checked = sorted(k for k in values if k in ROLE_RULES) + sorted(host_values)
+    checked = sorted(k for k in values if k in ROLE_RULES) + sorted(other_secrets) + sorted(host_values)
     if problems and p["fail_on_problems"]:
         module.fail_json(msg="%d input value(s) would not survive the way to the host; nothing was changed:\n- %s"
                          % (len(problems), "\n- ".join(problems)), problems=problems)
