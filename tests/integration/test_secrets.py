@@ -8,6 +8,9 @@ repository). kimi_k3 is deployed with it, then:
   - workers and router run as user `sglang` (unit User= and the process owner), not root;
   - the router bind address: default 0.0.0.0 documented in roles/sglang/defaults + argument_specs, the
     running router listens there, and the planner puts sglang_router_bind_host into --host (configurable).
+The keyed deploys also carry legal values that need care (issue 23), proven END TO END: a model root with a space,
+`%` and `$` (systemd quoting and %%/$$ escaping on the ExecStart= line) and an env value with spaces and `%` reach
+the worker processes byte for byte (/proc/<pid>/cmdline and environ) and the stub's answers through the router.
 The key is added and removed with the default rolling strategy (router first then each worker re-added with the
 key; workers first then the router), a different key on the keyed fleet is refused before any change (no order keeps
 serving through a rotation). Afterwards kimi_k3 is deployed again WITHOUT a key (the state the other sandbox tests
@@ -45,6 +48,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 SANDBOX_VARS = ROOT / "tests" / "integration" / "sglang_sandbox_vars.yml"
 ROUTER = "http://10.89.30.11:30080"
 UNITS = {"b300a": ["sglang-kimi_k3-w0.service", "sglang-router.service"], "b300b": ["sglang-kimi_k3-w0.service"]}
+CARE_ROOT = "/srv/model store/50%/$HOME"      # legal: every character survives, quoted and escaped in the unit
+CARE_ENV = "w0 at 50% load, spaced"          # legal in an env file: inner spaces and % are plain characters
+CARE = json.dumps({"sglang_model_root": CARE_ROOT, "sglang_server_extra_env": {"SGLANG_STUB_INSTANCE_NAME": CARE_ENV}})
 ENV_FILES = {"b300a": ["/etc/sglang/kimi_k3-w0.env", "/etc/sglang/router.env"], "b300b": ["/etc/sglang/kimi_k3-w0.env"]}
 
 pytestmark = [pytest.mark.integration]   # the sandbox tests get the fleet through the `keyed` fixture
@@ -86,7 +92,7 @@ def keyed(sandbox, tmp_path_factory):
     # the default rolling strategy adds the key to a serving fleet: router first, then each worker re-added WITH the
     # key (POST /workers api_key; without it the router's /model_info health checks got 401 and the fleet went "not
     # ready" a few checks later). The second, plain run below waits for the router's readiness again: it catches that.
-    extra = ["-e", "@%s" % vars_file, "--vault-password-file", str(pw)]
+    extra = ["-e", "@%s" % vars_file, "--vault-password-file", str(pw), "-e", CARE]
     outputs = {}
     try:
         rc, outputs["deploy -v"] = deploy(sandbox, *extra, verbose=True)
@@ -136,6 +142,25 @@ def test_key_added_by_rolling_restart_keeps_every_worker_healthy(keyed):
     with urllib.request.urlopen(req, timeout=10) as resp:
         workers = json.loads(resp.read())["workers"]
     assert len(workers) == 2 and all(w["is_healthy"] for w in workers), workers
+
+
+def test_values_that_need_care_reach_the_process(sandbox, keyed):
+    """The model root with a space, % and $ and the env value with spaces and % passed preflight and reached the
+    worker processes unchanged (the unit's ExecStart= quotes and escapes, the env file is read as written)."""
+    key, _ = keyed
+    for host in UNITS:
+        unit = sandbox.exec(host, "cat /etc/systemd/system/sglang-kimi_k3-w0.service").stdout
+        assert '"--model-path" "/srv/model store/50%%/$$HOME/moonshotai/Kimi-K3"' in unit, unit
+        pid = sandbox.exec(host, "systemctl show -p MainPID --value sglang-kimi_k3-w0.service").stdout.strip()
+        argv = [a.decode() for a in base64.b64decode(sandbox.exec(
+            host, "base64 -w0 /proc/%s/cmdline" % pid).stdout).split(b"\0")]
+        environ = dict(e.decode().split("=", 1) for e in base64.b64decode(sandbox.exec(
+            host, "base64 -w0 /proc/%s/environ" % pid).stdout).split(b"\0") if b"=" in e)
+        assert argv[argv.index("--model-path") + 1] == CARE_ROOT + "/moonshotai/Kimi-K3", argv
+        assert argv[argv.index("--speculative-draft-model-path") + 1] == CARE_ROOT + "/RadixArk/Kimi-K3-DSpark"
+        assert environ.get("SGLANG_STUB_INSTANCE_NAME") == CARE_ENV, environ.get("SGLANG_STUB_INSTANCE_NAME")
+    answers = {json.loads(chat(key)[1])["choices"][0]["message"]["content"] for _ in range(6)}
+    assert any("on %s (sglang" % CARE_ENV in a for a in answers), answers
 
 
 def test_key_rotation_refused_under_rolling(sandbox, keyed):
