@@ -67,6 +67,16 @@ def serving():
     return sorted(w["url"] for w in ws if w["is_healthy"]) == ["http://10.89.30.11:30000", "http://10.89.30.12:30000"]
 
 
+def save(name, out):
+    d = ROOT / "artifacts" / "rollback"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / ("%s.log" % name)).write_text(out)
+
+
+def router_invocation(sandbox):
+    return sandbox.exec("b300a", "systemctl show -p InvocationID --value sglang-router.service").stdout.strip()
+
+
 def file_digests(sandbox):
     out = {}
     for host, files in FILES.items():
@@ -163,6 +173,7 @@ def check_rolled_back(sandbox, out, before_files, before_exec):
 def test_flag_change_refused_at_start_is_rolled_back_under_load(fleet):
     sandbox = fleet
     before_files, before_exec = file_digests(sandbox), exec_starts(sandbox)
+    router_before = router_invocation(sandbox)
     arm(sandbox, "refuse_flag:--log-requests")
     try:
         with Load() as load:
@@ -173,7 +184,12 @@ def test_flag_change_refused_at_start_is_rolled_back_under_load(fleet):
         for h in HOSTS:
             sandbox.exec(h, "rm -f %s" % FAULT)
     fig = load.figures()
-    FIGURES["flag"] = dict(fig, playbook_s=took, rc=rc)
+    save("flag", out)
+    save("flag-router-journal", sandbox.exec("b300a", "journalctl -u sglang-router --no-pager -o short-precise "
+                                             "--since '-%d s'" % (int(took) + 30), timeout=120).stdout)
+    save("flag-load", "\n".join(json.dumps(r) for r in sorted(load.records, key=lambda r: r["t_start"])))
+    FIGURES["flag"] = dict(fig, playbook_s=took, rc=rc, router_restarted=router_invocation(sandbox) != router_before)
+    assert not FIGURES["flag"]["router_restarted"], "a flag change of the workers restarted the router"
     assert rc != 0, out[-4000:]
     assert "refuses --log-requests at start" in out or "is not ready" in out, out[-4000:]
     check_rolled_back(sandbox, out, before_files, before_exec)
@@ -199,6 +215,8 @@ def test_key_added_but_refused_by_the_workers_is_rolled_back_under_load(fleet, t
         for h in HOSTS:
             sandbox.exec(h, "rm -f %s" % FAULT)
     fig = load.figures()
+    save("key_add", out)
+    save("key_add-load", "\n".join(json.dumps(r) for r in sorted(load.records, key=lambda r: r["t_start"])))
     FIGURES["key_add"] = dict(fig, playbook_s=took, rc=rc)
     assert rc != 0, out[-4000:]
     assert key not in out, "the API key is in the output of the rolled-back run"
