@@ -87,7 +87,14 @@ def file_digests(sandbox):
 
 
 def exec_starts(sandbox):
-    return {h: sandbox.exec(h, "systemctl show -p ExecStart --value sglang-kimi_k3-w0.service").stdout for h in HOSTS}
+    """The argv systemd starts each worker with (ExecStart= without its run-time fields: pid, start time)."""
+    return {h: sandbox.exec(h, "systemctl show -p ExecStart --value sglang-kimi_k3-w0.service").stdout.split(" ; ")[1]
+            for h in HOSTS}
+
+
+def main_pids(sandbox):
+    return {h: sandbox.exec(h, "systemctl show -p MainPID --value sglang-kimi_k3-w0.service").stdout.strip()
+            for h in HOSTS}
 
 
 class Load:
@@ -173,7 +180,7 @@ def check_rolled_back(sandbox, out, before_files, before_exec):
 def test_flag_change_refused_at_start_is_rolled_back_under_load(fleet):
     sandbox = fleet
     before_files, before_exec = file_digests(sandbox), exec_starts(sandbox)
-    router_before = router_invocation(sandbox)
+    router_before, pids_before = router_invocation(sandbox), main_pids(sandbox)
     arm(sandbox, "refuse_flag:--log-requests")
     try:
         with Load() as load:
@@ -190,6 +197,8 @@ def test_flag_change_refused_at_start_is_rolled_back_under_load(fleet):
     save("flag-load", "\n".join(json.dumps(r) for r in sorted(load.records, key=lambda r: r["t_start"])))
     FIGURES["flag"] = dict(fig, playbook_s=took, rc=rc, router_restarted=router_invocation(sandbox) != router_before)
     assert not FIGURES["flag"]["router_restarted"], "a flag change of the workers restarted the router"
+    # only the worker the rolling pass reached was restarted (twice: with the flag, then on the restored files)
+    assert main_pids(sandbox)["b300b"] == pids_before["b300b"], "the rollback restarted b300b/W0, which never moved"
     assert rc != 0, out[-4000:]
     assert "refuses --log-requests at start" in out or "is not ready" in out, out[-4000:]
     check_rolled_back(sandbox, out, before_files, before_exec)
