@@ -154,8 +154,8 @@ def test_values_that_need_care_reach_the_process(sandbox, keyed):
         pid = sandbox.exec(host, "systemctl show -p MainPID --value sglang-kimi_k3-w0.service").stdout.strip()
         argv = [a.decode() for a in base64.b64decode(sandbox.exec(
             host, "base64 -w0 /proc/%s/cmdline" % pid).stdout).split(b"\0")]
-        environ = dict(e.decode().split("=", 1) for e in base64.b64decode(sandbox.exec(
-            host, "base64 -w0 /proc/%s/environ" % pid).stdout).split(b"\0") if b"=" in e)
+        environ = dict(e.decode().split("=", 1) for e in base64.b64decode(sandbox.exec(   # readable by its owner
+            host, "runuser -u sglang -- base64 -w0 /proc/%s/environ" % pid).stdout).split(b"\0") if b"=" in e)
         assert argv[argv.index("--model-path") + 1] == CARE_ROOT + "/moonshotai/Kimi-K3", argv
         assert argv[argv.index("--speculative-draft-model-path") + 1] == CARE_ROOT + "/RadixArk/Kimi-K3-DSpark"
         assert environ.get("SGLANG_STUB_INSTANCE_NAME") == CARE_ENV, environ.get("SGLANG_STUB_INSTANCE_NAME")
@@ -283,8 +283,8 @@ def traces(key, texts, dirs):
     core = key.strip()[8:] if len(key.strip()) > 16 else key.strip()
     forms = {f for f in (key, key.strip(), core, base64.b64encode(key.encode()).decode()) if f.strip()}
     found = [name for name, text in texts.items() if any(f in text for f in forms)]
-    for d in dirs:
-        for path in pathlib.Path(d).rglob("*") if pathlib.Path(d).is_dir() else []:
+    for d in map(pathlib.Path, dirs):
+        for path in (d.rglob("*") if d.is_dir() else [d] if d.is_file() else []):
             if path.is_file() and path.stat().st_size < 50 * 1024 * 1024:
                 data = path.read_bytes().decode("utf-8", "replace")
                 if any(f in data for f in forms):
@@ -337,6 +337,10 @@ def test_bad_key_refused_and_in_no_output_or_artifact(key, tmp_path):
     assert not traces(key, {"output (-vvv)": out}, [tmp_path / "ansible.log", tmp_path / "facts",
                                                    tmp_path / "local-tmp", ROOT / "artifacts"]), out[-3000:]
     assert (tmp_path / "ansible.log").stat().st_size > 1000   # the log is the real thing
+    # the search itself finds a key where there is one (a file of a scanned place, the output)
+    (tmp_path / "facts" / "control").parent.mkdir(exist_ok=True)
+    (tmp_path / "facts" / "control").write_text("x" + key.strip()[8:] + "x")
+    assert traces(key, {"out": "y" + key.strip() + "y"}, [tmp_path / "facts"]) == ["out", str(tmp_path / "facts" / "control")]
 
 
 def rolling_restart(sandbox, tmp, *extra):
@@ -359,8 +363,8 @@ def test_key_the_router_rejects_in_no_output_or_artifact(sandbox, keyed, tmp_pat
     finally:
         sandbox.exec("b300a", "mv /root/router.env.keep /etc/sglang/router.env")
     assert rc != 0 and "Rolling restart stopped at b300a/W0" in " ".join(out.split()), out[-3000:]
-    assert not traces(key, {"output (-vvv)": out}, [tmp_path, ROOT / "artifacts"]), "the router's key leaked"
-    assert not traces(other, {"output (-vvv)": out}, [tmp_path, ROOT / "artifacts"]), "the rejected key leaked"
+    assert not traces(key, {"output (-vvv)": out}, artifact_dirs(tmp_path)), "the router's key leaked"
+    assert not traces(other, {"output (-vvv)": out}, artifact_dirs(tmp_path)), "the rejected key leaked"
     assert chat(key)[0] == 200
 
 
@@ -372,11 +376,18 @@ def test_unreachable_router_in_no_output_or_artifact(sandbox, keyed, tmp_path):
                               "-e", '{"sglang_profile_overrides": {"router": {"port": 30099}}}',
                               "-e", '{"sglang_rolling_instances": ["b300a/W0"]}')
     assert rc != 0 and "STILL in the router" in " ".join(out.split()), out[-3000:]
-    assert not traces(key, {"output (-vvv)": out}, [tmp_path, ROOT / "artifacts"]), "the key leaked"
+    assert not traces(key, {"output (-vvv)": out}, artifact_dirs(tmp_path)), "the key leaked"
     assert chat(key)[0] == 200
 
 
+def artifact_dirs(tmp):
+    """The controller-side traces of a run (controller_run): log, fact cache, Ansible's temp; and artifacts/. Not tmp
+    itself: the test's own vars file holding the key lives there (keyed_vars)."""
+    return [tmp / "ansible.log", tmp / "facts", tmp / "local-tmp", ROOT / "artifacts"]
+
+
 def keyed_vars(sandbox, tmp, key):
-    path = pathlib.Path(tempfile.mkstemp(dir=tmp, suffix=".yml")[1])
+    (tmp / "inputs").mkdir(exist_ok=True)
+    path = pathlib.Path(tempfile.mkstemp(dir=tmp / "inputs", suffix=".yml")[1])
     path.write_text(yaml.safe_dump({"sglang_api_key": key}))
     return path
