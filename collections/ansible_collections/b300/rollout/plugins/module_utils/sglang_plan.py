@@ -601,7 +601,7 @@ def _plan_router(profile, instances, hosts_by_name, settings, catalog, version, 
 
 
 # --- the plan as the units carry it ---------------------------------------------------------------------------------
-# `make plan` (playbooks/plan.yml) and the preflight (roles/sglang/tasks/validate.yml, "Validate | show the plan")
+# `make plan` (playbooks/plan.yml) and the preflight (roles/sglang/tasks/12_preflight_plan.yml, "Validate | show the plan")
 # print the same text: the unit and env file of every instance and of the router, rendered by the role's own
 # templates (roles/sglang/templates/etc/...), reduced to the lines that say what runs and with which environment.
 # Nothing here renders a command line: the lines are read back out of the rendered files.
