@@ -3,7 +3,7 @@
 Two layers:
 1. CONTROLLER-SIDE, every case (no sandbox, no lock): the operator's command limited to the read-only gates,
        ansible-playbook -i inventory/sandbox [-i <case inventory>] site.yml --tags preflight -l b300a,b300b -c local \
-           -e @tests/integration/sglang_sandbox_vars.yml -e @<case vars> -e <emulated hardware on the controller>
+           -e @<case vars> -e <emulated hardware on the controller>
    The hardware tools are the sandbox's own emulator (sandbox/hwemu/bin, HWEMU_ROOT in a temporary directory) over
    the rendered healthy sysfs tree (tests/fixtures/synth/healthy/sys), so the facts are the ones a sandbox host
    reports. A good input passes the same command (test_good_input_passes_controller_side): a refusal is the input's
@@ -34,8 +34,7 @@ import pytest
 import yaml
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-SANDBOX_VARS = ROOT / "tests" / "integration" / "sglang_sandbox_vars.yml"
-ROUTER_SANDBOX_ARGS = {"--model-path": False, "--tokenizer-path": False}   # as in sglang_sandbox_vars.yml
+ROUTER_SANDBOX_ARGS = {"--model-path": False, "--tokenizer-path": False}   # as in inventory/sandbox/group_vars/all.yml
 SNAPSHOT_CMD = (
     "find /etc/systemd/system /etc/sglang /opt/sglang /opt/sglang-router -printf '%p %T@ %m %u\\n' 2>/dev/null"
     " | sort | sha256sum | cut -c1-64; "
@@ -210,7 +209,7 @@ def write_inputs(spec, d):
         extra = d / "extra-inventory.yml"
         extra.write_text(yaml.safe_dump(spec["inventory"]))
         inv = ["-i", str(extra)]
-    return inv, ["-e", "@%s" % SANDBOX_VARS, "-e", "@%s" % varsfile]
+    return inv, ["-e", "@%s" % varsfile]
 
 
 def controller_env(hwroot):

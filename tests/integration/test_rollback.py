@@ -30,7 +30,6 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
 import loadgen  # noqa: E402  pylint: disable=wrong-import-position
 
-SANDBOX_VARS = ROOT / "tests" / "integration" / "sglang_sandbox_vars.yml"
 ROUTER = "http://10.89.30.11:30080"
 HOSTS = ("b300a", "b300b")
 FILES = {"b300a": ["/etc/systemd/system/sglang-kimi_k3-w0.service", "/etc/sglang/kimi_k3-w0.env",
@@ -46,7 +45,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.sandbox]
 
 def deploy(sandbox, *extra, tags=("deploy",)):
     argv = ["ansible-playbook", "-i", sandbox.inventory, "playbooks/sglang_deploy.yml", "-l", "b300a,b300b",
-            "-e", "sglang_profile=kimi_k3", "-e", "@%s" % SANDBOX_VARS] + (["--tags", ",".join(tags)] if tags else [])
+            "-e", "sglang_profile=kimi_k3"] + (["--tags", ",".join(tags)] if tags else [])
     argv += list(extra)
     t = time.monotonic()
     r = sandbox.run(argv, check=False, timeout=1500)

@@ -45,12 +45,13 @@ import pytest
 import yaml
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-SANDBOX_VARS = ROOT / "tests" / "integration" / "sglang_sandbox_vars.yml"
 ROUTER = "http://10.89.30.11:30080"
 UNITS = {"b300a": ["sglang-kimi_k3-w0.service", "sglang-router.service"], "b300b": ["sglang-kimi_k3-w0.service"]}
 CARE_ROOT = "/srv/model store/50%/$HOME"      # legal: every character survives, quoted and escaped in the unit
 CARE_ENV = "w0 at 50% load, spaced"          # legal in an env file: inner spaces and % are plain characters
-CARE = json.dumps({"sglang_model_root": CARE_ROOT, "sglang_server_extra_env": {"SGLANG_STUB_INSTANCE_NAME": CARE_ENV}})
+# (no model directory there: the weights check is off for this deploy, the stub loads nothing)
+CARE = json.dumps({"sglang_model_root": CARE_ROOT, "sglang_model_check": False,
+                   "sglang_server_extra_env": {"SGLANG_STUB_INSTANCE_NAME": CARE_ENV}})
 ENV_FILES = {"b300a": ["/etc/sglang/kimi_k3-w0.env", "/etc/sglang/router.env"], "b300b": ["/etc/sglang/kimi_k3-w0.env"]}
 
 pytestmark = [pytest.mark.integration]   # the sandbox tests get the fleet through the `keyed` fixture
@@ -58,7 +59,7 @@ pytestmark = [pytest.mark.integration]   # the sandbox tests get the fleet throu
 
 def deploy(sandbox, *extra, verbose=False):
     argv = ["ansible-playbook", "-i", sandbox.inventory, "playbooks/sglang_deploy.yml", "-l", "b300a,b300b",
-            "-e", "sglang_profile=kimi_k3", "-e", "@%s" % SANDBOX_VARS] + list(extra) + (["-v"] if verbose else [])
+            "-e", "sglang_profile=kimi_k3"] + list(extra) + (["-v"] if verbose else [])
     r = sandbox.run(argv, check=False, timeout=1500)
     return r.returncode, r.stdout + r.stderr
 
@@ -330,7 +331,7 @@ def test_bad_key_refused_and_in_no_output_or_artifact(key, tmp_path):
           "ansible_python_interpreter": sys.executable, "ansible_become": False, "sglang_host_checks": False}
     env = tbi.controller_env(tmp_path)
     argv = ["ansible-playbook", "-i", str(ROOT / "inventory" / "sandbox"), "site.yml", "--tags", "preflight",
-            "-l", "b300a,b300b", "-c", "local", "-e", "@%s" % SANDBOX_VARS, "-e", "@%s" % varsfile,
+            "-l", "b300a,b300b", "-c", "local", "-e", "@%s" % varsfile,
             "-e", json.dumps(hw)]
     rc, out = controller_run(argv, tmp_path, {k: env[k] for k in ("HWEMU_ROOT",)})
     assert rc != 0 and "sglang_api_key: (secret, value not shown" in out, out[-3000:]
@@ -345,7 +346,7 @@ def test_bad_key_refused_and_in_no_output_or_artifact(key, tmp_path):
 
 def rolling_restart(sandbox, tmp, *extra):
     argv = ["ansible-playbook", "-i", sandbox.inventory, "playbooks/rolling_restart.yml", "-l", "b300a,b300b",
-            "-e", "sglang_profile=kimi_k3", "-e", "@%s" % SANDBOX_VARS, "-e", "sglang_router_ready_timeout_s=10",
+            "-e", "sglang_profile=kimi_k3", "-e", "sglang_router_ready_timeout_s=10",
             "-e", "sglang_reachability_check=false"] + list(extra)
     return controller_run(argv, tmp, {k: v for k, v in sandbox.env.items() if k.startswith("CONTAINERS")})
 
