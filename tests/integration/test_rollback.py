@@ -37,7 +37,8 @@ FILES = {"b300a": ["/etc/systemd/system/sglang-kimi_k3-w0.service", "/etc/sglang
          "b300b": ["/etc/systemd/system/sglang-kimi_k3-w0.service", "/etc/sglang/kimi_k3-w0.env"]}
 FAULT = "/run/sglang-stub/30000/fault"
 # a failing re-rolled worker is given up on after this long (the default is an hour for a cold start of real weights)
-FAST = {"sglang_health_timeout_s": 20, "sglang_reachability_check": False}
+FAST = {"sglang_health_timeout_s": 15, "sglang_reachability_check": False, "sglang_gather_hw_facts": False,
+        "sglang_router_smoke_requests": 1}
 FIGURES = {}
 
 pytestmark = [pytest.mark.integration, pytest.mark.sandbox]
