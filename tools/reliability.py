@@ -6,7 +6,7 @@ load, and three faults (worker killed, worker never healthy during a rollout, ho
     .venv/bin/python tools/reliability.py --profiles kimi_k3 --scenarios rolling,unhealthy
 
 Needs the running sandbox (`sandbox/fleet.sh up 2`). For each profile it deploys with playbooks/sglang_deploy.yml
-(+ tests/integration/sglang_sandbox_vars.yml, the stub workers' sandbox settings), sets a stub latency so requests
+(the sandbox settings of inventory/sandbox/group_vars/all.yml), sets a stub latency so requests
 are in flight, then per scenario: starts a bounded chat-completion load through the REAL router (tools/loadgen.py's
 request/summary code, same target guard: loopback or 10.89.30.0/24 only), measures a baseline window, runs the
 action while the load continues, keeps loading a few seconds after, and records requests sent / failed and p99
@@ -62,7 +62,6 @@ sys.path.insert(0, str(ROOT / "tools"))
 import loadgen  # noqa: E402  pylint: disable=wrong-import-position
 
 INVENTORY = ROOT / "inventory" / "sandbox"
-SANDBOX_VARS = ROOT / "tests" / "integration" / "sglang_sandbox_vars.yml"
 PROFILES_DIR = ROOT / "roles" / "sglang" / "files" / "profiles"
 VENV_BIN = ROOT / ".venv" / "bin"
 ROLE_ORDER = ("prefill", "decode", "worker")          # module_utils/sglang_plan.py builds instances in this order
@@ -296,7 +295,7 @@ class Runner:
         argv = [str(VENV_BIN / "ansible-playbook"), "-i", str(INVENTORY)]
         for inv in inventories:
             argv += ["-i", str(inv)]
-        argv += [playbook, "-l", "b300a,b300b", "-e", "sglang_profile=%s" % profile, "-e", "@%s" % SANDBOX_VARS]
+        argv += [playbook, "-l", "b300a,b300b", "-e", "sglang_profile=%s" % profile]
         argv += ["-e", "sglang_router_flags=%s" % self.router_flags]
         argv += list(extra)
         self.log("%s: %s" % (label, " ".join(argv[1:])))
@@ -474,7 +473,7 @@ class Bench:
         return out
 
     def s_key(self, layout):
-        """API key added to the serving fleet, then removed, under load (tasks/router_key.yml orders: add = router first,
+        """API key added to the serving fleet, then removed, under load (tasks/14_preflight_router_key.yml orders: add = router first,
         remove = workers first; every worker restart rolls behind the router)."""
         out = []
         key = "rel-%s" % os.urandom(12).hex()           # a throw-away sandbox key, never printed or written to artifacts

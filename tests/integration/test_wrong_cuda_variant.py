@@ -19,14 +19,13 @@ sys.path.insert(0, str(ROOT / "tests" / "unit"))
 from test_sglang_venv_check import _wheel  # noqa: E402  pylint: disable=import-error,wrong-import-position
 
 pytestmark = [pytest.mark.integration, pytest.mark.sandbox]
-SANDBOX_VARS = "tests/integration/sglang_sandbox_vars.yml"
 UNITS = {"b300a": ["sglang-glm52_pd-p0.service", "sglang-glm52_pd-p1.service"],
          "b300b": ["sglang-glm52_pd-d0.service", "sglang-glm52_pd-d1.service"]}
 
 
 def _deploy(sandbox, *extra):
-    return sandbox.ansible_playbook("playbooks/sglang_deploy.yml", "-e", "sglang_profile=glm52_pd",
-                                    "-e", "@%s" % SANDBOX_VARS, *extra, limit="b300a,b300b", check=False, timeout=900)
+    return sandbox.ansible_playbook("playbooks/sglang_deploy.yml", "-e", "sglang_profile=glm52_pd", *extra,
+                                    limit="b300a,b300b", check=False, timeout=900)
 
 
 def test_cuda12_transfer_engine_refused_nothing_restarted(sandbox, tmp_path):

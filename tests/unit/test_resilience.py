@@ -17,16 +17,17 @@ LAUNCHER = ROOT / "roles" / "sglang" / "files" / "sglang_launch.py"
 @pytest.mark.parametrize("profile", ["kimi_k3", "glm52_pd"])
 def test_resilient_flag_set_turns_retries_on_and_passes_the_router_catalog(profile):
     prof = tsp.load_profile(profile)
-    assert set(prof["router_flag_sets"]) == {"seed", "resilient"}
-    assert prof["router_flag_sets"]["seed"] == {}, "seed must stay the seed's exact router flags"
-    res = tsp.plan(profile, router_extra_args=prof["router_flag_sets"]["resilient"])
+    shared = tsp.router_flag_sets()
+    assert tsp.sp.router_flag_set_names(prof, shared) == ["resilient", "seed"]
+    assert tsp.sp.router_flag_set(prof, shared, "seed") == {}, "seed must stay the seed's exact router flags"
+    res = tsp.plan(profile, router_flag_set="resilient")
     assert res["errors"] == [], res["errors"]
     args = res["router"]["args"]
     assert "--disable-retries" not in args
     assert tsp.flag_value(args, "--retry-max-retries") == "5"
     assert tsp.flag_value(args, "--cb-failure-threshold") == "3"
     assert tsp.flag_value(args, "--health-check-interval-secs") == "5"
-    seed = tsp.plan(profile, router_extra_args=prof["router_flag_sets"]["seed"])
+    seed = tsp.plan(profile, router_flag_set="seed")
     assert seed["errors"] == [] and "--disable-retries" in seed["router"]["args"]
 
 

@@ -6,6 +6,8 @@ import re
 import pytest
 import yaml
 
+from ansible_collections.b300.rollout.plugins.module_utils import sglang_plan as sp
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 ROLE = ROOT / "roles" / "sglang"
 DEFAULTS = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
@@ -48,7 +50,8 @@ def test_worker_keep_alive_outlasts_the_router_pool(name, mode, role, env):
 
 @pytest.mark.parametrize("name", sorted(PROFILES))
 def test_resilient_router_health_check_sees_the_workers_own_verdict(name):
-    flags = dict(PROFILES[name]["router"]["args"], **PROFILES[name]["router_flag_sets"]["resilient"])
+    shared = yaml.safe_load((ROLE / "files" / "router_flag_sets.yml").read_text())
+    flags = dict(PROFILES[name]["router"]["args"], **sp.router_flag_set(PROFILES[name], shared, "resilient"))
     assert flags.get("--health-check-endpoint", "/health") == "/health"
     assert int(flags["--health-check-timeout-secs"]) > HEALTH_CHECK_TIMEOUT + HEALTH_POLL
 

@@ -38,6 +38,11 @@ def catalogs():
     return {"server": server, "router": router}
 
 
+def router_flag_sets():
+    """The router flag sets every profile uses (roles/sglang/files/router_flag_sets.yml)."""
+    return yaml.safe_load((ROOT / "roles" / "sglang" / "files" / "router_flag_sets.yml").read_text())
+
+
 def known_combinations():
     return yaml.safe_load((ROOT / "roles" / "sglang" / "vars" / "compat.yml").read_text())["sglang_known_combinations"]
 
@@ -79,7 +84,8 @@ def hosts(profile, facts=True, overrides=None):
 
 
 def settings(**kw):
-    base = {"model_root": "/models", "known_combinations": known_combinations(), "timeouts": {"health": 1800}}
+    base = {"model_root": "/models", "known_combinations": known_combinations(), "timeouts": {"health": 1800},
+            "router_flag_sets": router_flag_sets()}
     base.update(kw)
     return base
 
@@ -413,9 +419,26 @@ def test_unknown_flag_type_and_choice():
     e = errors_of("glm52_pd", profile_overrides={"roles": {"decode": {"args": {"--enable-metrics": "yes"}}}})
     assert "flag --enable-metrics of sglang 0.5.17 takes no value" in e
     e = errors_of("glm52_pd", profile_overrides={"router": {"args": {"--tool-call-parser": "glm47"}}})
-    assert "b300a/router: router flag --tool-call-parser got 'glm47'; expected one of" in e
+    assert "b300a/router: flag --tool-call-parser of sglang-router 0.3.2 got 'glm47'; expected one of" in e
     e = errors_of("kimi_k3", profile_overrides={"router": {"args": {"--no-such-thing": 1}}})
     assert "b300a/router: flag --no-such-thing is not an option of sglang-router 0.3.2" in e
+
+
+def test_router_flags_get_the_same_checks_as_the_server_flags():
+    """One flag check (sglang_plan.check_args) for both programs: the rules the router's own copy lacked before it
+    was merged (argparse prefixes named, a list for a one-value flag, a bare flag that needs a value)."""
+    e = errors_of("kimi_k3", profile_overrides={"router": {"args": {"--retry-max": 3}}})
+    assert ("b300a/router: flag --retry-max is not an option of sglang-router 0.3.2 (argparse would treat it as a "
+            "prefix of --retry-max-backoff-ms, --retry-max-retries") in e
+    e = errors_of("kimi_k3", profile_overrides={"router": {"args": {"--policy": ["round_robin", "random"]}}})
+    assert "b300a/router: flag --policy of sglang-router 0.3.2 takes one value, got a list ['round_robin', 'random']" in e
+    e = errors_of("kimi_k3", profile_overrides={"router": {"args": {"--policy": True}}})
+    assert "b300a/router: flag --policy of sglang-router 0.3.2 needs a value" in e
+    e = errors_of("kimi_k3", profile_overrides={"router": {"args": {"--disable-retries": "yes"}}})
+    assert "b300a/router: flag --disable-retries of sglang-router 0.3.2 takes no value; expected true" in e
+    assert sp.check_args({"--tp": 4}, {"--tp-size": {"nargs": None}}, "sglang 0.5.17", "x") == [
+        "x: flag --tp is not an option of sglang 0.5.17 (argparse would treat it as a prefix of --tp-size; write the long name)"]
+    assert not hasattr(sp, "check_server_args") and not hasattr(sp, "check_router_args")
 
 
 def test_flag_known_in_one_version_only():

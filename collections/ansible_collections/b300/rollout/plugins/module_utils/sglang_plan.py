@@ -10,7 +10,9 @@ Input (all plain data; see build_plan):
   settings  {"sglang_version", "router_version", "model_root", "executable", "bind_host", "router_bind_host",
              "prometheus_host", "known_combinations": [{"sglang","router"}], "api_key_enabled": bool,
              "timeouts": {"name": seconds}, "unit_prefix": "sglang", "env_dir": "/etc/sglang",
-             "extra_args": {...}, "extra_env": {...}}
+             "extra_args": {...}, "extra_env": {...},
+             "router_flag_sets": {name: {flag: value}} (roles/sglang/files/router_flag_sets.yml),
+             "router_flag_set": name (sglang_router_flags), "router_extra_args": {...}}
   catalogs  {"server": {version: {"--flag": {"action","type","nargs","choices"}}}, "router": {version: {...}}}
 
 Output of build_plan: {"instances": [...], "router": {...} | None, "errors": [...], "warnings": [...]}.
@@ -121,8 +123,11 @@ def _check_value(opt_type, value):
         json.loads(value)
 
 
-def check_server_args(args, catalog, version, where):
-    """Check an {flag: value} mapping against the option catalog of one SGLang version: name, arity, type, choices."""
+def check_args(args, catalog, program, where):
+    """Check an {flag: value} mapping against the option catalog of one program, e.g. program "sglang 0.5.17" or
+    "sglang-router 0.3.2" (both parse with argparse): the name (an unknown one that argparse would take as a prefix
+    is named), the arity (nargs 0: true only; a list only for nargs + or *), the type (where the catalog has one)
+    and the choices. The one flag check of the plan, for the server's and the router's flags alike."""
     errors = []
     for flag, value in (args or {}).items():
         if value is None or value is False:
@@ -131,19 +136,19 @@ def check_server_args(args, catalog, version, where):
         if spec is None:
             close = prefix_matches(flag, catalog)
             hint = " (argparse would treat it as a prefix of %s; write the long name)" % ", ".join(close[:3]) if close else ""
-            errors.append("%s: flag %s is not an option of sglang %s%s" % (where, flag, version, hint))
+            errors.append("%s: flag %s is not an option of %s%s" % (where, flag, program, hint))
             continue
         nargs = spec.get("nargs")
         if str(nargs) == "0":
             if value is not True:
-                errors.append("%s: flag %s of sglang %s takes no value; expected true (or false to drop it), got %r" % (where, flag, version, value))
+                errors.append("%s: flag %s of %s takes no value; expected true (or false to drop it), got %r" % (where, flag, program, value))
             continue
         if value is True:
-            errors.append("%s: flag %s of sglang %s needs a value (type %s)" % (where, flag, version, spec.get("type")))
+            errors.append("%s: flag %s of %s needs a value%s" % (where, flag, program, " (type %s)" % spec["type"] if spec.get("type") else ""))
             continue
         values = value if isinstance(value, (list, tuple)) else [value]
         if isinstance(value, (list, tuple)) and nargs not in ("+", "*"):
-            errors.append("%s: flag %s of sglang %s takes one value, got a list %r" % (where, flag, version, value))
+            errors.append("%s: flag %s of %s takes one value, got a list %r" % (where, flag, program, value))
             continue
         for v in values:
             text = _scalar(v)
@@ -152,32 +157,27 @@ def check_server_args(args, catalog, version, where):
             try:
                 _check_value(spec.get("type"), text)
             except (TypeError, ValueError):
-                errors.append("%s: flag %s of sglang %s expects type %s, got %r" % (where, flag, version, spec.get("type"), v))
+                errors.append("%s: flag %s of %s expects type %s, got %r" % (where, flag, program, spec.get("type"), v))
                 continue
             choices = spec.get("choices")
             if choices and text not in [str(c) for c in choices]:
-                errors.append("%s: flag %s of sglang %s got %r; expected one of %s" % (where, flag, version, text, ", ".join(str(c) for c in choices)))
+                errors.append("%s: flag %s of %s got %r; expected one of %s" % (where, flag, program, text, ", ".join(str(c) for c in choices)))
     return errors
 
 
-def check_router_args(args, catalog, version, where):
-    errors = []
-    for flag, value in (args or {}).items():
-        if value is None or value is False:
-            continue
-        spec = catalog.get(flag)
-        if spec is None:
-            errors.append("%s: flag %s is not an option of sglang-router %s" % (where, flag, version))
-            continue
-        nargs = spec.get("nargs")
-        if str(nargs) == "0" and value is not True:
-            errors.append("%s: router flag %s takes no value; expected true, got %r" % (where, flag, value))
-        elif str(nargs) != "0" and value is True:
-            errors.append("%s: router flag %s needs a value" % (where, flag))
-        choices = spec.get("choices")
-        if choices and not isinstance(value, bool) and _scalar(value) not in choices:
-            errors.append("%s: router flag %s got %r; expected one of %s" % (where, flag, value, ", ".join(choices)))
-    return errors
+def router_flag_set_names(profile, flag_sets):
+    """Every router flag set name: the shared ones (router_flag_sets.yml) and any the profile adds."""
+    return sorted(set(flag_sets or {}) | set((profile or {}).get("router_flag_sets") or {}))
+
+
+def router_flag_set(profile, flag_sets, name):
+    """The router flags of flag set `name` for this profile: the shared definition (flag_sets, the data of
+    roles/sglang/files/router_flag_sets.yml) with the profile's own differences for that set (its
+    router_flag_sets.<name>) on top. None when neither defines `name`. The one place a flag set is resolved."""
+    own = (profile or {}).get("router_flag_sets") or {}
+    if name not in (flag_sets or {}) and name not in own:
+        return None
+    return merge_overrides((flag_sets or {}).get(name) or {}, own.get(name) or {})
 
 
 def candidate_nics(rdma_nics):
@@ -407,7 +407,7 @@ def _plan_instance(role_name, role, host, idx, common, server_catalog, errors, w
         "ib_devices": ",".join(ib_devices) if ib_devices else ("<unresolved>" if uses_ib else None),
     }
     if server_catalog is not None:
-        errors.extend(check_server_args(args, server_catalog, common["version"], where))
+        errors.extend(check_args(args, server_catalog, "sglang %s" % common["version"], where))
     _check_arg_timeouts(where, args, ("timeout",), errors)
     argv_args = render_args(args, ctx, where, errors)
     if common["api_key_enabled"]:
@@ -570,7 +570,16 @@ def _plan_router(profile, instances, hosts_by_name, settings, catalog, version, 
     rhost = _router_host(rspec, hosts_by_name, profile.get("name"), errors)
     if rhost is None:
         return None
-    args = merge_overrides(rspec.get("args") or {}, settings.get("router_extra_args") or {})
+    args = rspec.get("args") or {}
+    if settings.get("router_flag_set") is not None:
+        name = settings["router_flag_set"]
+        flag_set = router_flag_set(profile, settings.get("router_flag_sets"), name)
+        if flag_set is None:
+            errors.append("profile %s: sglang_router_flags=%s is not a router flag set; expected one of %s "
+                          "(roles/sglang/files/router_flag_sets.yml, or the profile's router_flag_sets)"
+                          % (profile.get("name"), name, ", ".join(router_flag_set_names(profile, settings.get("router_flag_sets")))))
+        args = merge_overrides(args, flag_set or {})
+    args = merge_overrides(args, settings.get("router_extra_args") or {})
     port = rspec.get("port")
     prom_port = rspec.get("prometheus_port")
     where = "%s/router" % rhost["name"]
@@ -582,7 +591,8 @@ def _plan_router(profile, instances, hosts_by_name, settings, catalog, version, 
     ctx = {"model_path": model_path, "router_host": settings.get("router_bind_host") or "0.0.0.0", "router_port": port,
            "prometheus_host": prom_host, "prometheus_port": prom_port}
     if catalog is not None:
-        errors.extend(check_router_args({k: v for k, v in args.items() if v not in LIST_PLACEHOLDERS}, catalog, version, where))
+        errors.extend(check_args({k: v for k, v in args.items() if v not in LIST_PLACEHOLDERS}, catalog,
+                                  "sglang-router %s" % version, where))
     _check_arg_timeouts(where, args, ("timeout", "interval"), errors, prefix="router ")
     _check_router_startup_timeout(where, args, settings, errors)
     argv_args = render_args(args, ctx, where, errors, _router_expansions(instances))
@@ -601,7 +611,7 @@ def _plan_router(profile, instances, hosts_by_name, settings, catalog, version, 
 
 
 # --- the plan as the units carry it ---------------------------------------------------------------------------------
-# `make plan` (playbooks/plan.yml) and the preflight (roles/sglang/tasks/validate.yml, "Validate | show the plan")
+# `make plan` (playbooks/plan.yml) and the preflight (roles/sglang/tasks/12_preflight_plan.yml, "Validate | show the plan")
 # print the same text: the unit and env file of every instance and of the router, rendered by the role's own
 # templates (roles/sglang/templates/etc/...), reduced to the lines that say what runs and with which environment.
 # Nothing here renders a command line: the lines are read back out of the rendered files.

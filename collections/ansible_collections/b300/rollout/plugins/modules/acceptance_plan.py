@@ -26,7 +26,7 @@ attributes:
     platforms: posix
 options:
   plan:
-    description: The C(sglang_plan) registered by roles/sglang tasks/validate.yml.
+    description: The C(sglang_plan) registered by roles/sglang tasks/12_preflight_plan.yml.
     type: dict
     required: true
   seed:

@@ -46,7 +46,9 @@ options:
     description:
       - C(sglang_version), C(router_version), C(model_root), C(executable), C(router_python), C(bind_host),
         C(router_bind_host), C(prometheus_host), C(known_combinations), C(api_key_enabled), C(timeouts),
-        C(unit_prefix), C(env_dir), C(extra_args), C(extra_env), C(router_extra_args).
+        C(unit_prefix), C(env_dir), C(extra_args), C(extra_env), C(router_flag_sets) (the shared router flag sets,
+        roles/sglang/files/router_flag_sets.yml), C(router_flag_set) (the set to use, merged with the profile's own
+        C(router_flag_sets) entry), C(router_extra_args).
     type: dict
     default: {}
   server_options_dir:

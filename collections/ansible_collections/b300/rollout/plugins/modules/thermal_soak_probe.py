@@ -173,20 +173,14 @@ import sys
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.b300.rollout.plugins.module_utils.thermal import (
     build_plan, choose_loader, dmon_argv, invalid_field, legacy_fields, parse_dmon, parse_samples)
+from ansible_collections.b300.rollout.plugins.module_utils.tools import find_tool
 
 TORCH_CHECK = "import torch; raise SystemExit(0 if torch.cuda.is_available() else 1)"
 
 
 def _find(module, names, dirs):
-    for name in names:
-        for d in dirs:
-            cand = os.path.join(d, name)
-            if os.path.isfile(cand) and os.access(cand, os.X_OK):
-                return cand
-        found = module.get_bin_path(name)
-        if found:
-            return found
-    return None
+    """The first of `names` found, each looked up by the collection's one lookup (tools.find_tool: dirs, then PATH)."""
+    return next((path for path in (find_tool(module, name, dirs) for name in names) if path), None)
 
 
 def main():
@@ -250,7 +244,7 @@ def main():
     torch_python = None
     tried = []
     for py in [sys.executable] + p["python_candidates"]:
-        path = py if os.path.isabs(py) else module.get_bin_path(py)
+        path = py if os.path.isabs(py) else find_tool(module, py)
         if not path or path in tried:
             continue
         tried.append(path)
