@@ -6,6 +6,7 @@ behaviour, one test per point of the contract with real SGLang 0.5.17/0.5.18 (sa
 metric families checked against the REAL collector's exposition (contract/), /v1/loads, PD bootstrap_room and the
 prefill's KV-transfer queue, reasoning output, SIGTERM (main only vs the whole group), keep-alive, fault knobs.
 """
+import argparse
 import json
 import os
 import pathlib
@@ -96,7 +97,7 @@ def test_human_readable_int_matches_sglang_rules():
     assert st.human_readable_int("1Ki") == 1024
     assert st.human_readable_int("2M") == 2000000
     for bad in ("1.5Ki", "12abc", "1m"):
-        with pytest.raises(Exception):
+        with pytest.raises(argparse.ArgumentTypeError):  # what sglang's own human_readable_int raises
             st.human_readable_int(bad)
 
 
