@@ -173,7 +173,7 @@ tree_files() {
   if git -C "$ROOT" rev-parse --git-dir >/dev/null 2>&1; then
     git -C "$1" ls-files -co --exclude-standard -- . | LC_ALL=C sort
   else
-    (cd "$1" && find . -path '*/__pycache__' -prune -o -type f -print | sed 's|^\./||' | LC_ALL=C sort)
+    (cd "$1" && find . -path '*/__pycache__' -prune -o \( -type f -o -type l \) -print | sed 's|^\./||' | LC_ALL=C sort)
   fi
 }
 

@@ -7,7 +7,8 @@
 
 The defaults file is the single source: every variable's description is the comment block right above it (a
 variable without one is an error: "its own name" is not a description). A commented-out example of the form
-`# name: value` at the end of a comment block declares an optional variable without default (documented, not set).
+`# name: value` (name with the role's prefix, not defined in the file) after a comment block declares an optional
+variable without default (documented, not set); every other comment line, whatever it reads like, is description.
 Keys the generator cannot infer are kept from the existing spec: `choices`, `elements`, `required`, `no_log`.
 Entry points: `main` always; a role lists more in a `# entry points: a, b, c` line at the top of its defaults. Every
 entry point takes the same options (YAML alias of `main`'s), since the defaults are role-wide.
@@ -49,12 +50,28 @@ def _templated(value):
 
 
 def parse_defaults(text, prefixes):
-    """[(name, description, has_default)] in file order, from the comment block above each top-level variable."""
-    out, block = [], []
-    for line in text.splitlines():
+    """[(name, description, has_default)]: the variables in file order, then the optional ones (declared by a
+    commented-out example), each with the comment block right above it as its description.
+
+    A block is the run of comment lines directly above a variable: a blank line, any other line, a section header
+    (`# --- name ---`) or the `# entry points:` line ends it. Every line of the block is part of the description,
+    including lines that happen to read like `word: text` (`# build: sglang 0.5.17 ...`). Only a line `# <name>: value`
+    whose name has the role's prefix, is not defined in the file and follows a comment block declares an optional
+    variable: the block above it is that variable's description, and the block after it starts afresh.
+    """
+    lines = text.splitlines()
+    defined = {m.group(1) for m in map(VAR_RE.match, lines) if m}
+    out, optional, block = [], [], []
+    for line in lines:
         if line.startswith("---"):
             continue
         if line.startswith("#"):
+            m = EXAMPLE_RE.match(line)
+            if m and block and m.group(1).startswith(prefixes) and m.group(1) not in defined:
+                if m.group(1) not in {n for n, _, _ in optional}:
+                    optional.append((m.group(1), _describe(block), False))
+                block = []
+                continue
             body = line.lstrip("#").strip()
             if re.match(r"^-{3,}|^entry points:", body) or re.match(r"^-+ .* -+$", body):
                 block = []
@@ -67,29 +84,14 @@ def parse_defaults(text, prefixes):
         m = VAR_RE.match(line)
         if m:
             out.append((m.group(1), _describe(block), True))
-            # an example line closing the block documents an optional variable without default
-            block = []
-            continue
         if not line.startswith(" "):
             block = []
-    # optional variables: `# name: value` lines that follow a comment block and are not defined
-    defined = {n for n, _, _ in out}
-    block = []
-    for line in text.splitlines():
-        m = EXAMPLE_RE.match(line)
-        if m and m.group(1).startswith(prefixes) and m.group(1) not in defined and block:
-            out.append((m.group(1), _describe(block), False))
-            defined.add(m.group(1))
-            block = []
-        elif line.startswith("#"):
-            block.append(line)
-        else:
-            block = []
-    return out
+    return out + optional
 
 
 def _describe(block):
-    text = " ".join(line.lstrip("#").strip() for line in block if not EXAMPLE_RE.match(line))
+    """The comment lines' text, joined with single spaces (nothing dropped)."""
+    text = " ".join(line.lstrip("#").strip() for line in block)
     return re.sub(r"\s+", " ", text).strip()
 
 

@@ -10,6 +10,13 @@
 #   - mooncake-transfer-engine-cuda13==$MOONCAKE_VERSION, --no-deps (the PD profile's transfer backend, the CUDA 13
 #     build that fits sglang 0.5.17/0.5.18; the plain mooncake-transfer-engine wheel links libcudart.so.12)
 # Idempotent: pip download skips files already present; a re-run only checks the index. Prints the size.
+#
+# Padding (tests of the copy's cost at real size, docs/rerun-profile.md): WHEELHOUSE_PAD_MB=N adds N MiB of random
+# bytes as files b300-padding-NNN.bin of WHEELHOUSE_PAD_FILE_MB MiB each (default 512; the real closure's largest
+# wheels are of that order), so that the directory weighs what the real sglang + CUDA 13 torch closure does. pip
+# ignores them (not wheels); the role copies them like any file. Existing padding files of the right size are kept.
+# Pad a directory of its own, never the shared .cache/wheelhouse the other sandbox runs use:
+#   WHEELHOUSE_PAD_MB=7000 tools/build-wheelhouse.sh /tmp/wheelhouse-padded
 # A REAL GPU host needs the full dependency set (torch, flashinfer, sglang-kernel, cuda-tile ...): see the
 # operator notes in the project README ("Offline wheelhouse for a GPU host", incl. the cuda-tile trap).
 set -euo pipefail
@@ -41,6 +48,27 @@ done
 MOONCAKE_PACKAGE=${MOONCAKE_PACKAGE:-mooncake-transfer-engine-cuda13}
 echo "== $MOONCAKE_PACKAGE==$MOONCAKE_VERSION (no deps)"
 quiet "$PIP" "${COMMON[@]}" --no-deps "$MOONCAKE_PACKAGE==$MOONCAKE_VERSION"
+
+PAD_MB=${WHEELHOUSE_PAD_MB:-0}
+PAD_FILE_MB=${WHEELHOUSE_PAD_FILE_MB:-512}
+if [ "$PAD_MB" -gt 0 ]; then
+  echo "== padding: $PAD_MB MiB in files of $PAD_FILE_MB MiB"
+  i=0 left=$PAD_MB
+  while [ "$left" -gt 0 ]; do
+    mb=$(( left < PAD_FILE_MB ? left : PAD_FILE_MB ))
+    f=$(printf '%s/b300-padding-%03d.bin' "$WH" "$i")
+    if [ "$(stat -c %s "$f" 2>/dev/null || echo 0)" != "$(( mb * 1048576 ))" ]; then
+      head -c "$(( mb * 1048576 ))" /dev/urandom >"$f.tmp" && mv "$f.tmp" "$f"
+    fi
+    i=$((i + 1)) left=$((left - mb))
+  done
+  # padding of an earlier, larger run
+  for f in "$WH"/b300-padding-*.bin; do
+    [ -e "$f" ] || continue
+    n=${f##*/b300-padding-}; n=${n%.bin}
+    [ "$((10#$n))" -lt "$i" ] || rm -f "$f"
+  done
+fi
 
 # A manifest the sandbox role can read without pip: name, version, file, sha256.
 (

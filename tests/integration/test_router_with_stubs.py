@@ -1,6 +1,6 @@
 """The REAL sglang-router 0.3.2 in front of sglang-stub workers, all on 127.0.0.1 (no containers).
 
-Proves that the stub meets the router's HTTP contract (/work/shared/reference/sglang-router-contract.md):
+Proves that the stub meets the router's HTTP contract (../shared/reference/sglang-router-contract.md):
 regular round_robin over 2 stubs, PD (2 prefill with bootstrap ports + 2 decode) with bootstrap pairing, and worker
 removal / re-add through the /workers API. The router venv is built once from the wheelhouse
 (tools/build-wheelhouse.sh) under .cache/router-venv-0.3.2. Every process is stopped by the PID kept at spawn

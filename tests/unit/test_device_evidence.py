@@ -123,3 +123,43 @@ def test_h200x1_query_sampler_soak_gives_the_reported_verdict():
     assert again["verdict"] == summ["verdict"] == "ok"
     assert again["gpus"]["0"]["temp_max_c"] == summ["gpus"]["0"]["temp_max_c"]
     assert summ["gpus"]["0"]["reason_counts"].get("sw_power_cap", 0) > 0
+
+
+# --- 1x H200, 2026-12-02: the triage's GPU-side parts and the health-history sampler (docs/evidence/h200x1/triage_history)
+TH = pathlib.Path(__file__).resolve().parents[2] / "docs" / "evidence" / "h200x1" / "triage_history"
+
+
+def test_h200_history_window_rereads_from_the_samples(tmp_path):
+    """The window the real run reported is what read_window computes again from the sampler's own file."""
+    from ansible_collections.b300.rollout.plugins.module_utils import health_history as hh
+    reported = json.loads((TH / "window.json").read_text())
+    (tmp_path / "current.jsonl").write_text((TH / "history-current.jsonl").read_text())
+    w = reported["window"]
+    again = hh.read_window(str(tmp_path), w["end_epoch"] - w["start_epoch"], now=w["end_epoch"], plot_context_s=0)
+    assert again["available"] and again["window"]["samples"] == w["samples"] == 93
+    keys = ("samples", "max_temp_c", "max_mem_temp_c", "min_sm_clock_mhz", "thermal_violation_s", "power_violation_s",
+            "hot")
+    assert {k: again["gpus"]["0"][k] for k in keys} == {k: reported["gpus"]["0"][k] for k in keys}
+    # the burner held the 700 W cap (power violation), never a thermal one: not hot, as the plot title says
+    assert reported["gpus"]["0"]["hot"] is False and reported["gpus"]["0"]["power_violation_s"] > 100
+
+
+def test_h200_dmon_pucv_text_reads_as_the_sampler_reads_it():
+    """The raw `nvidia-smi dmon -s pucv` text of this driver: one GPU, idle 36 C / 40 C HBM, pviol/tviol present."""
+    from ansible_collections.b300.rollout.plugins.module_utils import health_history as hh
+    gpus, _parsed = hh.gpu_round((TH / "dmon_pucv_c1.txt").read_text())
+    assert list(gpus) == ["0"], gpus
+    assert gpus["0"]["temp"] == 36 and gpus["0"]["mtemp"] == 40 and gpus["0"]["sm"] == 345
+    assert gpus["0"]["pviol"] == 0 and gpus["0"]["tviol"] == 0 and gpus["0"]["pwr"] == 77
+
+
+def test_h200_triage_gpu_reads_match_the_report():
+    """The triage judged GPU 0 ok from the real nvidia-smi -q -x: replay counter 0, no clock-event time, persistence."""
+    from ansible_collections.b300.rollout.plugins.module_utils import triage_gpu
+    gpus = triage_gpu.parse_gpu_extras((TH / "nvidia-smi-q.xml").read_text())
+    rep = json.loads((TH / "triage-report.json").read_text())
+    host = rep["hosts"]["localhost"]
+    assert host["devices"]["GPU 0"]["verdict"] == "ok" and host["status"] == "suspect"
+    assert rep["summary"]["exit_code"] == 0
+    assert (TH / "triage-changed-files.txt").read_text() == ""
+    assert len(gpus) == 1, gpus

@@ -4,7 +4,7 @@
 #
 #   tools/sglang_argcheck/build_venv.sh 0.5.17        -> .cache/sglang-argcheck/0.5.17/venv
 #
-# What goes in (see /work/shared/reference/sglang-facts.md "Checking a rendered command line without a GPU"):
+# What goes in (see ../shared/reference/sglang-facts.md "Checking a rendered command line without a GPU"):
 #   torch==2.13.0 (CPU wheel; these machines hold a local one), sglang==<ver> --no-deps, ~20 light runtime deps,
 #   xgrammar / apache-tvm-ffi --no-deps, and import-time stand-ins for triton and torchvision (standins/, put on
 #   sys.path by check_argv.py / dump_options.py only: they are never installed into the venv).

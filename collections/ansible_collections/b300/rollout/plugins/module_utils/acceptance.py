@@ -1,6 +1,6 @@
 """Go-live acceptance arithmetic (plain stdlib; used by roles/acceptance and tests/unit/test_acceptance.py).
 
-Sources: /work/shared/reference/benchmark-and-rdma-facts.md (section numbers below refer to it).
+Sources: ../shared/reference/benchmark-and-rdma-facts.md (section numbers below refer to it).
 - shape: generated-shared-prefix (GSP) with G groups x P prompts, system prompt S, question Q, L = S + Q;
   predicted hit = ((P-1)/P) * S/L (section 1.5). S is rounded to the page (64) like the table there.
 - cache hit (servers): delta cached_tokens_total / delta prompt_tokens_total over the run, ONE engine_type

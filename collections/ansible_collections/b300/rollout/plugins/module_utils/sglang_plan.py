@@ -1,7 +1,7 @@
 """Plan SGLang instances and the router from a profile, inventory groups and host facts (pure, stdlib only).
 
 Input (all plain data; see build_plan):
-  profile   the profile YAML (roles/sglang_server/files/profiles/<name>.yml) after inventory overrides were merged
+  profile   the profile YAML (roles/sglang/files/profiles/<name>.yml) after inventory overrides were merged
             (use merge_overrides), e.g. {"name": "glm52_pd", "mode": "pd", "roles": {...}, "router": {...}}
   hosts     [{"name": "b300a", "address": "10.0.0.1", "groups": ["gpu_nodes", ...],
               "gpu_topology": {...} | None, "rdma_nics": {...} | None,     # CONTRACTS.md fact schemas
@@ -225,10 +225,10 @@ def _check_versions(profile, settings, catalogs, pname, errors):
     server_catalog = (catalogs or {}).get("server", {}).get(version)
     router_catalog = (catalogs or {}).get("router", {}).get(router_version)
     if VERSION_RE.match(version) and server_catalog is None:
-        errors.append("profile %s: no option catalog for sglang %s (expected roles/sglang_server/files/options/server-options-%s.json; known: %s)"
+        errors.append("profile %s: no option catalog for sglang %s (expected roles/sglang/files/options/server-options-%s.json; known: %s)"
                       % (pname, version, version, ", ".join(sorted((catalogs or {}).get("server", {})))))
     if VERSION_RE.match(router_version) and router_catalog is None:
-        errors.append("profile %s: sglang-router %s is unknown (expected roles/sglang_router/files/options/router-options-%s.json; known: %s)"
+        errors.append("profile %s: sglang-router %s is unknown (expected roles/sglang/files/options/router-options-%s.json; known: %s)"
                       % (pname, router_version, router_version, ", ".join(sorted((catalogs or {}).get("router", {})))))
     combos = settings.get("known_combinations") or []
     if not any(str(c.get("sglang")) == version and str(c.get("router")) == router_version for c in combos):
@@ -490,7 +490,7 @@ def build_plan(profile, hosts, settings, catalogs):
     pname = profile.get("name") or "?"
     if not profile.get("roles"):
         return {"instances": [], "router": None, "errors": ["profile %r is unknown or has no roles (expected one of the files in "
-                                                            "roles/sglang_server/files/profiles/)" % pname], "warnings": []}
+                                                            "roles/sglang/files/profiles/)" % pname], "warnings": []}
     version, router_version, server_catalog, router_catalog = _check_versions(profile, settings, catalogs, pname, errors)
     _check_timeouts(settings, errors)
     hosts_by_name = {h["name"]: h for h in hosts or []}

@@ -185,7 +185,7 @@ def main():
         threshold = {
             "id": "inventory_override", "metric": (threshold or {}).get("metric") or "busbw",
             "min_gbps": float(p["min_gbps"]), "expected_gbps": None,
-            "source": "inventory variable (nccl_min_busbw_gbps / nccl_multinode_min_busbw_gbps)",
+            "source": "inventory variable (nccl_validation_min_busbw_gbps for one host, nccl_validation_multinode_min_busbw_gbps across hosts)",
             "reasoning": "set per host or group by the operator",
         }
     result = dict(changed=False, threshold=threshold)

@@ -10,7 +10,7 @@ module: sglang_plan
 short_description: Derive SGLang worker instances and the router command line from a profile, and validate them
 description:
   - "Pure computation, meant to run once on the controller (C(delegate_to: localhost), C(run_once: true))."
-  - Takes the profile data (roles/sglang_server/files/profiles/*.yml), inventory overrides, the hosts with their groups,
+  - Takes the profile data (roles/sglang/files/profiles/*.yml), inventory overrides, the hosts with their groups,
     addresses and optional C(gpu_topology)/C(rdma_nics) facts, and the option catalogs of the pinned SGLang and
     sglang-router versions.
   - Returns one entry per instance (host, role, GPUs, ports, RDMA devices, argv, env, unit and env file names), the
