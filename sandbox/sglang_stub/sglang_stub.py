@@ -23,7 +23,9 @@ Environment knobs (all optional; README.md has the full table):
   SGLANG_STUB_KV_TRANSFER_MS  time one PD KV transfer takes (default 0)
   SGLANG_STUB_FAULT           space/comma separated faults: unhealthy, error500, hang, die_after_load,
                                 unhealthy_after_restart (= unhealthy for a process started after the control file
-                                was written; the process already running stays healthy: a restart that never comes up)
+                                was written; the process already running stays healthy: a restart that never comes up),
+                                refuse_api_key (exit 1 at start when started with --api-key: a key this server refuses),
+                                refuse_flag:--NAME (exit 1 at start when argv holds --NAME: a flag it refuses at start)
   SGLANG_STUB_CONTROL_DIR     control directory (default /run/sglang-stub/<port>); files read on every request:
                                 fault, latency_ms, kv_transfer_ms, warmup_seconds, health_forward_ms,
                                 mooncake_transport (replace the env value while present)
@@ -66,7 +68,7 @@ except ImportError:
     sys.path.insert(0, os.path.join(_REPO, "collections"))
     from ansible_collections.b300.rollout.plugins.module_utils import argparse_abbrev
 PROG = "sglang serve"
-KNOWN_FAULTS = ("unhealthy", "error500", "hang", "die_after_load", "unhealthy_after_restart")
+KNOWN_FAULTS = ("unhealthy", "error500", "hang", "die_after_load", "unhealthy_after_restart", "refuse_api_key")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -1922,6 +1924,17 @@ def warmup(st):
     log("INFO", "The server is fired up and ready to roll!")
 
 
+def start_refusal(faults, argv, api_key):
+    """The start-time faults (issue 23 rollback tests): a key or a flag this server refuses. The key is never logged."""
+    if "refuse_api_key" in faults and api_key:
+        return "fault refuse_api_key: this server refuses the --api-key it was started with; exiting 1"
+    for fault in sorted(faults):
+        flag = fault[len("refuse_flag:"):] if fault.startswith("refuse_flag:") else None
+        if flag and any(a == flag or a.startswith(flag + "=") for a in argv):
+            return "fault refuse_flag:%s: this server refuses %s at start; exiting 1" % (flag, flag)
+    return None
+
+
 def serve(version, argv, env=None):
     env = os.environ if env is None else env
     ns, warnings = parse_serve_args(version, argv)
@@ -1945,7 +1958,11 @@ def serve(version, argv, env=None):
             fh.write("%d\n" % os.getpid())
     except OSError as exc:
         log("WARNING", "control dir %s not usable: %s" % (st.control_dir, exc))
-    unknown = st.faults() - set(KNOWN_FAULTS)
+    refused = start_refusal(st.faults(), argv, st.api_key)
+    if refused:
+        log("ERROR", refused)
+        return 1
+    unknown = {f for f in st.faults() if not f.startswith("refuse_flag:")} - set(KNOWN_FAULTS)
     if unknown:
         log("WARNING", "unknown stub faults ignored: %s (known: %s)" % (sorted(unknown), ", ".join(KNOWN_FAULTS)))
 

@@ -13,7 +13,10 @@ Two layers:
    -printf '%p %T@ %m %u\\n'` plus the MainPID of every sglang* unit, before == after. Cases that need another
    emulated hardware scenario (per host) run only here; they switch it and switch it back (finally).
 Per case: (a) non-zero exit, (b) the message names what is wrong: every fragment is found in the output (whitespace
-folded, YAML quote doubling undone), (c) no SGLang install/unit task ran.
+folded, YAML quote doubling undone), (c) no SGLang install/unit task ran, (d) a case's secret (a refused API key) is
+nowhere in the output. Value cases (issue 23: keys, paths, names, addresses, numbers and booleans given as strings)
+are refused by the first preflight play (roles/sglang/tasks/input_check.yml, the rules of module_utils/input_rules.py)
+in seconds; the unit-level table of the same rules is tests/unit/test_input_rules.py.
 
 Times are written to artifacts/bad_input/last.json. B300_BAD_INPUT_CASES=id1,id2 runs a subset.
 """
@@ -43,13 +46,16 @@ SNAPSHOT_CMD = (
 pytestmark = [pytest.mark.integration]
 HWEMU = ROOT / "sandbox" / "hwemu"
 HEALTHY_SYS = ROOT / "tests" / "fixtures" / "synth" / "healthy" / "sys"
+KEY = "sk-b300-" + "5f0c1e9a7b3d4c2e" * 2     # a legal key: the bad keys below are made from it
 
 
-def case(cid, vars_, expect, profile="kimi_k3", inventory=None, scenario=None, why="", e2e_only=False, marks=()):
+def case(cid, vars_, expect, profile="kimi_k3", inventory=None, scenario=None, why="", e2e_only=False, marks=(),
+         secret=None):
     """e2e_only: the case cannot be judged by the controller-side preflight (another hardware scenario per host,
-    or a check outside the preflight plays); it runs end-to-end only."""
+    or a check outside the preflight plays); it runs end-to-end only. secret: a string that must appear nowhere in
+    the output (the key of a refused API key)."""
     return pytest.param({"id": cid, "vars": dict({"sglang_profile": profile}, **vars_), "expect": expect,
-                         "inventory": inventory, "scenario": scenario, "why": why,
+                         "inventory": inventory, "scenario": scenario, "why": why, "secret": secret,
                          "e2e_only": e2e_only or bool(scenario)}, id=cid, marks=marks)
 
 
@@ -62,7 +68,7 @@ CASES = [
     case("unknown_profile", {"sglang_profile": "kimi_k4"},
          ["sglang_profile=kimi_k4 is unknown", "expected one of", "glm52_pd", "kimi_k3"]),
     case("version_not_pinned", {"sglang_version": "0.5"},
-         ["sglang version '0.5' is not pinned", "expected an exact X.Y.Z"]),
+         ["b300a: sglang_version: '0.5' is not an exact version", "rule: empty (the pin) or an exact version such as"]),
     case("unknown_router_version", {"sglang_router_version": "0.9.9"},
          ["sglang-router 0.9.9 is unknown", "router-options-0.9.9.json"]),
     case("unknown_sglang_version", {"sglang_version": "0.5.99"},
@@ -80,7 +86,7 @@ CASES = [
     case("prometheus_port_is_worker_port", {"sglang_profile_overrides": {"router": {"prometheus_port": 30000}}},
          ["b300a/router prometheus_port 30000 collides with b300a/W0 port"]),
     case("port_out_of_range", ov(W0={"port": 70000}),
-         ["b300a/W0: port 70000 is not a TCP port; expected an integer 1-65535"]),
+         ["b300a: sglang_instance_overrides.W0.port: 70000 is out of range; rule: a TCP port: a number 1-65535"]),
     # --- GPUs -----------------------------------------------------------------------------------------------------
     case("gpu_sets_overlap", ov(P1={"gpus": [2, 3, 4, 5]}),
          ["GPU 2 of b300a/P1 is also used by b300a/P0", "expected disjoint GPU sets"], profile="glm52_pd"),
@@ -103,9 +109,9 @@ CASES = [
          ["b300a/router: flag --warp-factor is not an option of sglang-router 0.3.2"]),
     # --- timeouts -------------------------------------------------------------------------------------------------
     case("negative_timeout", {"sglang_rolling_drain_timeout_s": -5},
-         ["setting sglang_rolling_drain_timeout_s: timeout", "-5", "must be a positive number of seconds"]),
+         ["sglang_rolling_drain_timeout_s: -5 is out of range; rule: a whole number of seconds >= 1"]),
     case("zero_timeout", {"sglang_stop_timeout_s": 0},
-         ["setting sglang_stop_timeout_s: timeout", "must be a positive number of seconds"]),
+         ["sglang_stop_timeout_s: 0 is out of range; rule: a whole number of seconds >= 1"]),
     case("zero_router_flag_timeout",
          {"sglang_router_extra_args": dict(ROUTER_SANDBOX_ARGS, **{"--request-timeout-secs": 0})},
          ["b300a/router: router --request-timeout-secs 0 must be a positive number of seconds"]),
@@ -118,7 +124,7 @@ CASES = [
          {"sglang_profile_overrides": {"roles": {"decode": {"group": "sglang_decode_missing"}}}},
          ["role decode has no host; expected at least one host in group sglang_decode_missing"], profile="glm52_pd"),
     case("empty_model_root", {"sglang_model_root": ""},
-         ["profile kimi_k3: sglang_model_root is empty; expected the directory holding moonshotai/Kimi-K3"]),
+         ["b300a: sglang_model_root: empty; rule: an absolute, normalized path", "fix: set it to an absolute path"]),
     # --- firmware / GPU gates -------------------------------------------------------------------------------------
     case("unknown_firmware_policy", {"nic_firmware_gate_unknown_policy": "shrug"},
          ["value of nic_firmware_gate_unknown_policy must be one of: fail, warn, got: shrug",
@@ -132,6 +138,44 @@ CASES = [
          ["value of gpu_health_gate_policy_ecc must be one of: fail, warn, ignore, got: sometimes"]),
     case("cx8_firmware_mismatch_on_b300b", {}, ["NIC firmware gate FAILED on b300b", "mlx5_3"],
          scenario={"b300b": "cx8_fw_mismatch"}),
+    # --- values that reach a host (issue 23): secrets, paths, names, addresses, numbers/booleans as strings --------
+    # refused by the first preflight play (roles/sglang/tasks/input_check.yml) in seconds, before any hardware is read
+    case("api_key_with_newline", {"sglang_api_key": KEY + "\n"},
+         ["b300a: sglang_api_key: (secret, value not shown: 41 characters) holds a line break (newline) at character 41",
+          "rule: a Bearer token", "fix: generate one with `openssl rand -hex 32`"], secret=KEY),
+    case("api_key_only_spaces", {"sglang_api_key": " " * 24},
+         ["sglang_api_key: (secret, value not shown: 24 characters) holds a space at character 1"], secret=" " * 24),
+    case("api_key_space_inside", {"sglang_api_key": "sk-b300 " + KEY[8:]},
+         ["sglang_api_key: (secret, value not shown: 40 characters) holds a space at character 8"], secret=KEY[8:]),
+    case("api_key_non_ascii", {"sglang_api_key": "clé-" + KEY},
+         ["sglang_api_key: (secret, value not shown: 44 characters) holds a non-ASCII character at character 3"],
+         secret=KEY),
+    case("model_root_relative", {"sglang_model_root": "models/kimi"},
+         ["b300a: sglang_model_root: 'models/kimi' is not an absolute path", "fix: write the full path from /"]),
+    case("model_root_trailing_newline", {"sglang_model_root": "/models\n"},
+         ["sglang_model_root: '/models\\n' has leading or trailing whitespace"]),
+    case("env_dir_with_space", {"sglang_env_dir": "/etc/sglang env"},
+         ["sglang_env_dir: '/etc/sglang env' holds a space at character 12", "written into unit files unquoted"]),
+    case("unit_prefix_with_specifier", {"sglang_unit_prefix": "sglang%i"},
+         ["sglang_unit_prefix: 'sglang%i' is not letters, digits, '_' and '-'"]),
+    case("service_user_root", {"sglang_user": "root"}, ["sglang_user: 'root'", "never run as root"]),
+    case("bind_host_not_an_address", {"sglang_router_bind_host": "localhost"},
+         ["sglang_router_bind_host: 'localhost' is not an IP address", "rule: an IP address literal"]),
+    case("advertise_address_loopback", {"sglang_advertise_address": "127.0.0.1"},
+         ["b300b: sglang_advertise_address: '127.0.0.1' is a loopback address", "fix: set sglang_advertise_address"]),
+    case("timeout_with_unit", {"sglang_health_timeout_s": "3600s"},
+         ["sglang_health_timeout_s: string '3600s' is not a whole number", "fix: write digits only"]),
+    case("boolean_typo", {"sglang_model_check": "flase"},
+         ["sglang_model_check: string 'flase' is not a boolean", "any other text would silently mean false"]),
+    case("port_given_as_string", ov(W0={"port": "30001"}),
+         ["b300a: sglang_instance_overrides.W0.port: '30001' is a string", "fix: write it without quotes: 30001"]),
+    case("env_value_with_newline", {"sglang_server_extra_env": {"NCCL_DEBUG": "WARN\nLD_PRELOAD=/tmp/x.so"}},
+         ["sglang_server_extra_env.NCCL_DEBUG: 'WARN\\nLD_PRELOAD=/tmp/x.so' holds a line break (newline)"]),
+    case("flag_value_breaks_exec_start", {"sglang_server_extra_args": {"--served-model-name": "Kimi\nExecStartPost=/bin/sh"}},
+         ["sglang_server_extra_args[--served-model-name]", "a newline would end the ExecStart= line"]),
+    case("wheelhouse_url_with_password", {"sglang_wheelhouse_dir": "", "sglang_wheelhouse_url": "https://ops:pw@wheels.internal/"},
+         ["sglang_wheelhouse_url: the URL carries credentials (user:password@, value not shown)"], secret="ops:pw"),
+    case("profile_empty", {"sglang_profile": ""}, ["sglang_profile: empty; rule: lower-case letters"]),
     # --- NCCL -----------------------------------------------------------------------------------------------------
     case("nccl_threshold_override_not_a_mapping", {"nccl_validation_thresholds_override": ["B300", 8, 700]},
          ["threshold_override", "list"], e2e_only=True,
@@ -222,6 +266,8 @@ def check_refusal(cid, rc, out):
     missing = [f for f in BY_ID[cid]["expect"] if fold(f) not in text]
     assert rc != 0, "%s: exit 0 - the bad input was NOT refused:\n%s" % (cid, out[-3000:])
     assert not missing, "%s: message lacks %s; output tail:\n%s" % (cid, missing, out[-3000:])
+    secret = BY_ID[cid].get("secret")
+    assert not secret or secret not in out, "%s: the secret is in the output" % cid
     # refused in the gates: nothing after preflight/NCCL preflight started (no SGLang install/unit task ran)
     assert "TASK [sglang : Install" not in out and "Units | unit files" not in out, cid
     return missing
@@ -230,7 +276,7 @@ def check_refusal(cid, rc, out):
 def test_case_ids_are_distinct():
     ids = [c.values[0]["id"] for c in CASES]
     assert len(ids) == len(set(ids))
-    assert len(CASES) >= 20 and not [c for c in CASES if c.marks]   # every case is refused: no xfail left
+    assert len(CASES) >= 40 and not [c for c in CASES if c.marks]   # every case is refused: no xfail left
     assert set(E2E) <= set(ids)
     assert all(c.values[0]["id"] in E2E for c in CASES if c.values[0]["e2e_only"]), "an e2e-only case must be in E2E"
 

@@ -8,10 +8,19 @@ repository). kimi_k3 is deployed with it, then:
   - workers and router run as user `sglang` (unit User= and the process owner), not root;
   - the router bind address: default 0.0.0.0 documented in roles/sglang/defaults + argument_specs, the
     running router listens there, and the planner puts sglang_router_bind_host into --host (configurable).
+The keyed deploys also carry legal values that need care (issue 23), proven END TO END: a model root with a space,
+`%` and `$` (systemd quoting and %%/$$ escaping on the ExecStart= line) and an env value with spaces and `%` reach
+the worker processes byte for byte (/proc/<pid>/cmdline and environ) and the stub's answers through the router.
 The key is added and removed with the default rolling strategy (router first then each worker re-added with the
 key; workers first then the router), a different key on the keyed fleet is refused before any change (no order keeps
 serving through a rotation). Afterwards kimi_k3 is deployed again WITHOUT a key (the state the other sandbox tests
 expect), also checked.
+No secret in any output (issue 23): a key that cannot be a Bearer token is refused by preflight before any task
+could put it in a header (ansible-core prints the error text of a module that raised even under no_log: reproduced
+below with uri and a key holding a newline); the whole output (-vvv) of failing runs and the controller-side
+artifacts (the ansible log, a jsonfile fact cache, artifacts/, Ansible's local temp) hold no key: bad keys refused
+controller-side, a key the router rejects (its env file says another key than the process holds) and an unreachable
+router (rolling_restart.yml against a port nothing listens on), the last two on the keyed sandbox fleet.
 `playbooks/firmware_audit.yml --check` changing nothing (changed=0, no file changed on the hosts) is already proven by
 tests/integration/test_firmware_audit.py::test_audit_in_check_mode_changes_nothing; not duplicated here.
 The key is in no /proc/<pid>/cmdline (read as root and as nobody) and not in the journal (the stub logs server_args
@@ -19,10 +28,14 @@ with api_key at INFO like SGLang 0.5.17; roles/sglang/files/sglang_launch.py red
 """
 import base64
 import json
+import os
 import pathlib
 import re
 import shlex
 import secrets
+import subprocess
+import sys
+import tempfile
 import time
 import urllib.error
 import urllib.parse
@@ -35,9 +48,12 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 SANDBOX_VARS = ROOT / "tests" / "integration" / "sglang_sandbox_vars.yml"
 ROUTER = "http://10.89.30.11:30080"
 UNITS = {"b300a": ["sglang-kimi_k3-w0.service", "sglang-router.service"], "b300b": ["sglang-kimi_k3-w0.service"]}
+CARE_ROOT = "/srv/model store/50%/$HOME"      # legal: every character survives, quoted and escaped in the unit
+CARE_ENV = "w0 at 50% load, spaced"          # legal in an env file: inner spaces and % are plain characters
+CARE = json.dumps({"sglang_model_root": CARE_ROOT, "sglang_server_extra_env": {"SGLANG_STUB_INSTANCE_NAME": CARE_ENV}})
 ENV_FILES = {"b300a": ["/etc/sglang/kimi_k3-w0.env", "/etc/sglang/router.env"], "b300b": ["/etc/sglang/kimi_k3-w0.env"]}
 
-pytestmark = [pytest.mark.integration, pytest.mark.sandbox]
+pytestmark = [pytest.mark.integration]   # the sandbox tests get the fleet through the `keyed` fixture
 
 
 def deploy(sandbox, *extra, verbose=False):
@@ -76,7 +92,7 @@ def keyed(sandbox, tmp_path_factory):
     # the default rolling strategy adds the key to a serving fleet: router first, then each worker re-added WITH the
     # key (POST /workers api_key; without it the router's /model_info health checks got 401 and the fleet went "not
     # ready" a few checks later). The second, plain run below waits for the router's readiness again: it catches that.
-    extra = ["-e", "@%s" % vars_file, "--vault-password-file", str(pw)]
+    extra = ["-e", "@%s" % vars_file, "--vault-password-file", str(pw), "-e", CARE]
     outputs = {}
     try:
         rc, outputs["deploy -v"] = deploy(sandbox, *extra, verbose=True)
@@ -126,6 +142,25 @@ def test_key_added_by_rolling_restart_keeps_every_worker_healthy(keyed):
     with urllib.request.urlopen(req, timeout=10) as resp:
         workers = json.loads(resp.read())["workers"]
     assert len(workers) == 2 and all(w["is_healthy"] for w in workers), workers
+
+
+def test_values_that_need_care_reach_the_process(sandbox, keyed):
+    """The model root with a space, % and $ and the env value with spaces and % passed preflight and reached the
+    worker processes unchanged (the unit's ExecStart= quotes and escapes, the env file is read as written)."""
+    key, _ = keyed
+    for host in UNITS:
+        unit = sandbox.exec(host, "cat /etc/systemd/system/sglang-kimi_k3-w0.service").stdout
+        assert '"--model-path" "/srv/model store/50%%/$$HOME/moonshotai/Kimi-K3"' in unit, unit
+        pid = sandbox.exec(host, "systemctl show -p MainPID --value sglang-kimi_k3-w0.service").stdout.strip()
+        argv = [a.decode() for a in base64.b64decode(sandbox.exec(
+            host, "base64 -w0 /proc/%s/cmdline" % pid).stdout).split(b"\0")]
+        environ = dict(e.decode().split("=", 1) for e in base64.b64decode(sandbox.exec(   # readable by its owner
+            host, "runuser -u sglang -- base64 -w0 /proc/%s/environ" % pid).stdout).split(b"\0") if b"=" in e)
+        assert argv[argv.index("--model-path") + 1] == CARE_ROOT + "/moonshotai/Kimi-K3", argv
+        assert argv[argv.index("--speculative-draft-model-path") + 1] == CARE_ROOT + "/RadixArk/Kimi-K3-DSpark"
+        assert environ.get("SGLANG_STUB_INSTANCE_NAME") == CARE_ENV, environ.get("SGLANG_STUB_INSTANCE_NAME")
+    answers = {json.loads(chat(key)[1])["choices"][0]["message"]["content"] for _ in range(6)}
+    assert any("on %s (sglang" % CARE_ENV in a for a in answers), answers
 
 
 def test_key_rotation_refused_under_rolling(sandbox, keyed):
@@ -228,3 +263,131 @@ def test_key_not_in_journal(sandbox, keyed):
             assert "api_key='<redacted>'" in root_log, (
                 "%s: the stub's server_args line with api_key='<redacted>' was not found in the journal of %s; the "
                 "redaction is then not tested" % (host, units))
+
+
+# --- no secret in any output (issue 23) --------------------------------------------------------------------------
+LEAK_PLAY = """
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: a router API call the way the role makes it (no_log)
+      ansible.builtin.uri:
+        url: http://127.0.0.1:9/workers
+        headers: {Authorization: "Bearer {{ k }}"}
+      no_log: true
+"""
+
+
+def traces(key, texts, dirs):
+    """Where the key (or its distinctive core, or its base64) appears: [place, ...]."""
+    core = key.strip()[8:] if len(key.strip()) > 16 else key.strip()
+    forms = {f for f in (key, key.strip(), core, base64.b64encode(key.encode()).decode()) if f.strip()}
+    found = [name for name, text in texts.items() if any(f in text for f in forms)]
+    for d in map(pathlib.Path, dirs):
+        for path in (d.rglob("*") if d.is_dir() else [d] if d.is_file() else []):
+            if path.is_file() and path.stat().st_size < 50 * 1024 * 1024:
+                data = path.read_bytes().decode("utf-8", "replace")
+                if any(f in data for f in forms):
+                    found.append(str(path))
+    return found
+
+
+def controller_run(argv, tmp, extra_env=None):
+    """ansible-playbook on the controller with every controller-side trace redirected into tmp: the log
+    (ANSIBLE_LOG_PATH), a jsonfile fact cache, Ansible's local temp; -vvv."""
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0", NO_COLOR="1",
+               ANSIBLE_LOG_PATH=str(tmp / "ansible.log"), ANSIBLE_CACHE_PLUGIN="jsonfile",
+               ANSIBLE_CACHE_PLUGIN_CONNECTION=str(tmp / "facts"), ANSIBLE_LOCAL_TEMP=str(tmp / "local-tmp"),
+               PATH="%s:%s" % (ROOT / ".venv" / "bin", os.environ.get("PATH", "")), **(extra_env or {}))
+    r = subprocess.run(argv + ["-vvv"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False)
+    return r.returncode, r.stdout + r.stderr
+
+
+def test_a_raising_module_prints_its_header_despite_no_log_so_keys_are_checked_before_use(tmp_path):
+    """The hazard of issue 23, reproduced: uri with a key holding a newline raises, and ansible-core prints the
+    error text, key included, although the task has no_log. Keys are therefore refused by preflight (next test)."""
+    key = "sk-b300-" + secrets.token_hex(8) + "\n" + secrets.token_hex(8)
+    play = tmp_path / "leak.yml"
+    play.write_text(LEAK_PLAY)
+    rc, out = controller_run(["ansible-playbook", "-i", "localhost,", "-c", "local", str(play), "-e",
+                              json.dumps({"k": key, "ansible_python_interpreter": sys.executable})], tmp_path)
+    assert rc != 0
+    assert key.split("\n")[1] in out, ("ansible-core no longer prints a raising module's error text under no_log; "
+                                        "the preflight check stays, update this note:\n" + out[-2000:])
+
+
+@pytest.mark.parametrize("key", ["sk-b300-" + "7e" * 12 + "\n", "sk-b300 " + "a1" * 16, "schl\u00fcssel-" + "c3" * 12,
+                                 "\t" + "9f" * 16, "sk-b300-" + "4d" * 12 + "\r\n"],
+                         ids=["newline", "space", "non_ascii", "tab", "crlf"])
+def test_bad_key_refused_and_in_no_output_or_artifact(key, tmp_path):
+    """site.yml --tags preflight (controller side, as the bad-input table runs it) with -vvv: refused by the value
+    rules, and the key is in no output, log, fact cache, artifact or temp file."""
+    sys.path.insert(0, str(ROOT / "tests" / "integration"))
+    import test_bad_input as tbi  # noqa: E402,PLC0415  pylint: disable=import-outside-toplevel
+    varsfile = tmp_path / "key.yml"
+    varsfile.write_text(json.dumps({"sglang_api_key": key, "sglang_profile": "kimi_k3"}))
+    hw = {"hw_module_defaults": {"bin_path": [str(tbi.HWEMU / "bin")], "sysfs_root": str(tmp_path / "sys")},
+          "ansible_python_interpreter": sys.executable, "ansible_become": False, "sglang_host_checks": False}
+    env = tbi.controller_env(tmp_path)
+    argv = ["ansible-playbook", "-i", str(ROOT / "inventory" / "sandbox"), "site.yml", "--tags", "preflight",
+            "-l", "b300a,b300b", "-c", "local", "-e", "@%s" % SANDBOX_VARS, "-e", "@%s" % varsfile,
+            "-e", json.dumps(hw)]
+    rc, out = controller_run(argv, tmp_path, {k: env[k] for k in ("HWEMU_ROOT",)})
+    assert rc != 0 and "sglang_api_key: (secret, value not shown" in out, out[-3000:]
+    assert not traces(key, {"output (-vvv)": out}, [tmp_path / "ansible.log", tmp_path / "facts",
+                                                   tmp_path / "local-tmp", ROOT / "artifacts"]), out[-3000:]
+    assert (tmp_path / "ansible.log").stat().st_size > 1000   # the log is the real thing
+    # the search itself finds a key where there is one (a file of a scanned place, the output)
+    (tmp_path / "facts" / "control").parent.mkdir(exist_ok=True)
+    (tmp_path / "facts" / "control").write_text("x" + key.strip()[8:] + "x")
+    assert traces(key, {"out": "y" + key.strip() + "y"}, [tmp_path / "facts"]) == ["out", str(tmp_path / "facts" / "control")]
+
+
+def rolling_restart(sandbox, tmp, *extra):
+    argv = ["ansible-playbook", "-i", sandbox.inventory, "playbooks/rolling_restart.yml", "-l", "b300a,b300b",
+            "-e", "sglang_profile=kimi_k3", "-e", "@%s" % SANDBOX_VARS, "-e", "sglang_router_ready_timeout_s=10",
+            "-e", "sglang_reachability_check=false"] + list(extra)
+    return controller_run(argv, tmp, {k: v for k, v in sandbox.env.items() if k.startswith("CONTAINERS")})
+
+
+def test_key_the_router_rejects_in_no_output_or_artifact(sandbox, keyed, tmp_path):
+    """The router's env file says another key than the one its process holds (a hand edit, an interrupted run): the
+    role's router calls send the file's key, the router answers 401, the run fails; neither key is anywhere."""
+    key, _ = keyed
+    other = "sk-b300-" + secrets.token_hex(16)
+    sandbox.exec("b300a", "cp -p /etc/sglang/router.env /root/router.env.keep && "
+                 "sed -i 's/^SGLANG_API_KEY=.*/SGLANG_API_KEY=\"%s\"/' /etc/sglang/router.env" % other)
+    try:
+        rc, out = rolling_restart(sandbox, tmp_path, "-e", "@%s" % keyed_vars(sandbox, tmp_path, other),
+                                  "-e", '{"sglang_rolling_instances": ["b300a/W0"]}')
+    finally:
+        sandbox.exec("b300a", "mv /root/router.env.keep /etc/sglang/router.env")
+    assert rc != 0 and "Rolling restart stopped at b300a/W0" in " ".join(out.split()), out[-3000:]
+    assert not traces(key, {"output (-vvv)": out}, artifact_dirs(tmp_path)), "the router's key leaked"
+    assert not traces(other, {"output (-vvv)": out}, artifact_dirs(tmp_path)), "the rejected key leaked"
+    assert chat(key)[0] == 200
+
+
+def test_unreachable_router_in_no_output_or_artifact(sandbox, keyed, tmp_path):
+    """The router's URL answers nothing (a port nothing listens on): the router calls fail, nothing was changed, and
+    the key is nowhere in the output or the controller-side artifacts."""
+    key, _ = keyed
+    rc, out = rolling_restart(sandbox, tmp_path, "-e", "@%s" % keyed_vars(sandbox, tmp_path, key),
+                              "-e", '{"sglang_profile_overrides": {"router": {"port": 30099}}}',
+                              "-e", '{"sglang_rolling_instances": ["b300a/W0"]}')
+    assert rc != 0 and "STILL in the router" in " ".join(out.split()), out[-3000:]
+    assert not traces(key, {"output (-vvv)": out}, artifact_dirs(tmp_path)), "the key leaked"
+    assert chat(key)[0] == 200
+
+
+def artifact_dirs(tmp):
+    """The controller-side traces of a run (controller_run): log, fact cache, Ansible's temp; and artifacts/. Not tmp
+    itself: the test's own vars file holding the key lives there (keyed_vars)."""
+    return [tmp / "ansible.log", tmp / "facts", tmp / "local-tmp", ROOT / "artifacts"]
+
+
+def keyed_vars(sandbox, tmp, key):
+    (tmp / "inputs").mkdir(exist_ok=True)
+    path = pathlib.Path(tempfile.mkstemp(dir=tmp / "inputs", suffix=".yml")[1])
+    path.write_text(yaml.safe_dump({"sglang_api_key": key}))
+    return path
