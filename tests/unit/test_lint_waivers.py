@@ -27,7 +27,8 @@ NOQA = re.compile(r"#\s*noqa\b(?P<rest>.*)$", re.IGNORECASE)
 # ruff / flake8 codes (E402, B904, RUF100) or ansible-lint rule names (no-handler, risky-shell-pipe[...])
 NOQA_CODES = re.compile(r"^:\s*(?P<codes>(?:[A-Z]+[0-9]+|[a-z][a-z0-9-]*(?:\[[a-z0-9-]+\])?)"
                         r"(?:\s*,\s*(?:[A-Z]+[0-9]+|[a-z][a-z0-9-]*(?:\[[a-z0-9-]+\])?))*)(?P<reason>.*)$")
-PYLINT = re.compile(r"#\s*pylint:\s*disable\s*=\s*(?P<checks>[\w-]+(?:\s*,\s*[\w-]+)*)(?P<reason>.*)$")
+# pylint honours its pragma anywhere in a comment (`# noqa: E402  pylint: disable=...` too), so search all of it
+PYLINT = re.compile(r"#.*?\bpylint:\s*disable(?:-next)?\s*=\s*(?P<checks>[\w-]+(?:\s*,\s*[\w-]+)*)(?P<reason>.*)$")
 RUFF_FILE_NOQA = re.compile(r"#\s*(?:ruff|flake8)\s*:\s*noqa", re.IGNORECASE)
 
 
@@ -195,6 +196,8 @@ def test_the_noqa_rule_itself(line, problem):
 @pytest.mark.parametrize("path, line, problem", [
     ("tools/x.py", "import y  # pylint: disable=import-error", "outside the collection"),
     ("tools/x.py", "import y  # pylint: disable=import-error  sibling test module", "outside the collection"),
+    ("tools/x.py", "import y  # noqa: E402  pylint: disable=wrong-import-position", "outside the collection"),
+    ("tools/x.py", "import y  # pylint: disable-next=import-error  sibling test module", "outside the collection"),
     (COLLECTION + "plugins/modules/m.py", "import y  # pylint: disable=import-error", "without a reason"),
     (COLLECTION + "plugins/modules/m.py", "import y  # pylint: disable=import-error  only on the controller", None),
 ])
