@@ -47,7 +47,7 @@ def test_stub_exits_1_at_start_and_never_prints_the_key(tmp_path, fault, extra, 
             "127.0.0.1", "--port", str(port)] + extra
     r = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30, check=False)
     assert r.returncode == 1, r.stderr[-2000:]
-    # the stub logs like SGLang: `[YYYY-mm-dd HH:MM:SS] message`, no level
+    # SGLang's log format has no level (sglang_stub.log): the refusal is the one line "[ts] fault NAME: ..."
     refusal = [line for line in r.stderr.splitlines() if "] fault %s: " % fault in line]
     assert len(refusal) == 1 and KEY not in refusal[0], r.stderr[-2000:]
     # (the banner before it echoes argv like the real server's server_args line; the units' launcher redacts both)
