@@ -27,7 +27,7 @@ NOQA = re.compile(r"#\s*noqa\b(?P<rest>.*)$", re.IGNORECASE)
 # ruff / flake8 codes (E402, B904, RUF100) or ansible-lint rule names (no-handler, risky-shell-pipe[...])
 NOQA_CODES = re.compile(r"^:\s*(?P<codes>(?:[A-Z]+[0-9]+|[a-z][a-z0-9-]*(?:\[[a-z0-9-]+\])?)"
                         r"(?:\s*,\s*(?:[A-Z]+[0-9]+|[a-z][a-z0-9-]*(?:\[[a-z0-9-]+\])?))*)(?P<reason>.*)$")
-# pylint honours its pragma anywhere in a comment (`# noqa: E402  pylint: disable=...` too), so search all of it
+# pylint honours its pragma anywhere in a comment, also after a noqa code and its reason, so search all of it
 PYLINT = re.compile(r"#.*?\bpylint:\s*disable(?:-next)?\s*=\s*(?P<checks>[\w-]+(?:\s*,\s*[\w-]+)*)(?P<reason>.*)$")
 RUFF_FILE_NOQA = re.compile(r"#\s*(?:ruff|flake8)\s*:\s*noqa", re.IGNORECASE)
 
