@@ -572,6 +572,8 @@ ROLE_RULES = {
     "sglang_restart_strategy": lambda v: rule_choice(v, ("rolling", "parallel", "none")),
     "sglang_rolling_reach_timeout_s": rule_int,
     "sglang_rolling_drain_timeout_s": rule_int,
+    "sglang_rolling_drain_on_timeout": lambda v: rule_choice(v, ("fail", "restart")),
+    "sglang_rolling_drain_poll_s": rule_int,
     "sglang_rolling_drain_s": lambda v: rule_int(v, 0),
     "sglang_router_install_root": rule_unit_path,
     "sglang_router_install": rule_bool,
