@@ -194,10 +194,10 @@ def test_the_noqa_rule_itself(line, problem):
 
 
 @pytest.mark.parametrize("path, line, problem", [
-    ("tools/x.py", "import y  # pylint: disable=import-error", "outside the collection"),
-    ("tools/x.py", "import y  # pylint: disable=import-error  sibling test module", "outside the collection"),
-    ("tools/x.py", "import y  # noqa: E402  pylint: disable=wrong-import-position", "outside the collection"),
-    ("tools/x.py", "import y  # pylint: disable-next=import-error  sibling test module", "outside the collection"),
+    ("tools/argspecs.py", "import y  # pylint: disable=import-error", "outside the collection"),
+    ("tools/argspecs.py", "import y  # pylint: disable=import-error  sibling test module", "outside the collection"),
+    ("tools/argspecs.py", "import y  # noqa: E402  pylint: disable=wrong-import-position", "outside the collection"),
+    ("tools/argspecs.py", "import y  # pylint: disable-next=import-error  sibling test module", "outside the collection"),
     (COLLECTION + "plugins/modules/m.py", "import y  # pylint: disable=import-error", "without a reason"),
     (COLLECTION + "plugins/modules/m.py", "import y  # pylint: disable=import-error  only on the controller", None),
 ])

@@ -50,7 +50,7 @@ options:
     type: dict
     default: {}
   profile:
-    description: The profile data (roles/sglang/files/profiles/NAME.yml as a dict); its args, env and ports are checked.
+    description: The profile data (roles/sglang/files/profiles/<profile>.yml as a dict); its args, env and ports are checked.
     type: dict
     default: {}
   fail_on_problems:
