@@ -40,7 +40,8 @@ sandbox-down:
 demo: sandbox
 	tools/demo.sh $(PROFILE)
 
-lint: venv
+lint: venv  ## ruff (every Python file, ruff.toml), yamllint, ansible-lint (production profile)
+	ruff check .
 	yamllint -s .
 	ansible-lint
 

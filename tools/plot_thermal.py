@@ -19,10 +19,9 @@ import sys
 import textwrap
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "collections", "ansible_collections", "b300", "rollout", "plugins", "module_utils"))
-
-import thermal  # noqa: E402  (the collection's module_utils/thermal.py, stdlib only)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "collections", "ansible_collections", "b300", "rollout", "plugins", "module_utils"))
+import thermal  # the collection's module_utils/thermal.py, stdlib only
 
 VERDICT_COLOURS = {"ok": "#2e7d32", "throttled": "#ef6c00", "hot": "#c62828", "error": "#6a1b9a"}
 
@@ -31,7 +30,7 @@ def _matplotlib():
     try:
         import matplotlib
     except ImportError:
-        raise SystemExit(3)
+        raise SystemExit(3) from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     return plt

@@ -57,10 +57,10 @@ import urllib.request
 
 import yaml
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tools"))
-import loadgen  # noqa: E402  pylint: disable=wrong-import-position
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # tools/: loadgen.py
+import loadgen
 
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 INVENTORY = ROOT / "inventory" / "sandbox"
 PROFILES_DIR = ROOT / "roles" / "sglang" / "files" / "profiles"
 VENV_BIN = ROOT / ".venv" / "bin"
@@ -644,7 +644,7 @@ class Bench:
                 self.log("=== %s: %s" % (name, s))
                 try:
                     results += getattr(self, "s_" + s)(layout)
-                except Exception as exc:  # noqa: BLE001 - one broken scenario must not leave the fleet faulted
+                except Exception as exc:  # one broken scenario must not leave the fleet faulted
                     results.append({"profile": name, "scenario": s, "pass": False, "error": repr(exc)})
                     self.restore(layout)
                 if not all_serving(layout):
@@ -675,7 +675,7 @@ def table(report):
                 if not note and msgs:
                     note = msgs[0][:80]
 
-            def f(w):
+            def f(w, s=s):
                 v = (s.get(w) or {}).get("p99_s")
                 return "-" if v is None else "%.3f s" % v
             rows.append((p["profile"], s["scenario"], str(s.get("sent", "-")), str(s.get("failed", "-")), f("before"),
@@ -731,7 +731,7 @@ def main(argv=None):
         for p in profiles:
             try:
                 report["profiles"].append(bench.profile(p))
-            except Exception as exc:  # noqa: BLE001 - record and go on with the next profile
+            except Exception as exc:  # record and go on with the next profile
                 report["profiles"].append({"profile": p, "error": repr(exc), "scenarios": []})
     finally:
         report["duration_s"] = round(time.monotonic() - t, 1)

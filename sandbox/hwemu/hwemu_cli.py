@@ -13,12 +13,12 @@ import subprocess
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-if HERE not in sys.path:
-    sys.path.insert(0, HERE)
+# model.py and scenarios.py sit next to this file (on the hosts: /opt/hwemu)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import model
+import scenarios
 
-import model  # noqa: E402
-import scenarios  # noqa: E402
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 # --------------------------------------------------------------------------------------------- environment

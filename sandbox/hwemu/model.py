@@ -225,7 +225,9 @@ def _temperature_children(st, g):
 def gpu_element(st, g, tmpl):
     e = copy.deepcopy(tmpl)
     e.set("id", "00000000:%02X:00.0" % g["bus"])
-    s = lambda p, v: _set(e, p, v)  # noqa: E731
+    def s(p, v):
+        return _set(e, p, v)
+
     s("product_name", st["gpu_name"])
     s("product_architecture", st["architecture"])
     s("display_attached", "No")
@@ -744,7 +746,9 @@ def render_topo(st):
     gpu_gpu, gpu_nic, nic_nic = topo_matrix(st)
     nics = st["nics"] if st["topo_nic_columns"] else []
     cols = ["GPU%d" % g["index"] for g in st["gpus"]] + ["NIC%d" % i for i in range(len(nics))]
-    cell = lambda v: " X " if v == "X" else v  # noqa: E731
+    def cell(v):
+        return " X " if v == "X" else v
+
     out = ["\t\x1b[4m" + "\t".join(cols + ["CPU Affinity", "NUMA Affinity", "GPU NUMA ID"]) + "\x1b[0m"]
     for g in st["gpus"]:
         cells = [cell(gpu_gpu[g["index"]][h["index"]]) for h in st["gpus"]]
@@ -1387,7 +1391,9 @@ def render_lspci_vvv(st, bdf):
         n = d["obj"]
         cw, cs = n.get("pcie_width", 16), ms
         title = "Infiniband controller: Mellanox Technologies %s Family [%s]" % (n["device_type"], n["model"])
-    sp = lambda t: t.replace(".0 GT/s PCIe", "GT/s")  # noqa: E731
+    def sp(t):
+        return t.replace(".0 GT/s PCIe", "GT/s")
+
     out = ["%s %s" % (bdf[5:], title), "\tCapabilities: [68] Express (v2) %s" % (
         "Downstream Port (Slot+), MSI 00" if kind == "switch_down" else
         "Upstream Port, MSI 00" if kind == "switch_up" else "Root Port (Slot+), MSI 00" if kind == "root_port"

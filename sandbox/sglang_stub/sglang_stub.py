@@ -228,7 +228,7 @@ def build_parser(catalog, prog=PROG):
 
 def abbreviations(parser, argv):
     """[(used, long_form)] for each unique-prefix option in argv (argparse allow_abbrev accepts them)."""
-    opts = parser._option_string_actions  # pylint: disable=protected-access
+    opts = parser._option_string_actions  # argparse keeps its option map private
     return [(a["used"], a["long"]) for a in argparse_abbrev.abbreviations(argv, opts)]
 
 
@@ -677,7 +677,7 @@ def bump_nic_counters(sysfs_root, devices, name, nbytes):
     """Emulated NIC: add nbytes (spread over devices) to ports/1/counters/<name>, in 4-byte units like mlx5."""
     if not devices or nbytes <= 0 or os.path.realpath(sysfs_root) == "/sys":
         return
-    import fcntl  # pylint: disable=import-outside-toplevel
+    import fcntl
     share = nbytes // len(devices)
     for dev in devices:
         path = os.path.join(sysfs_root, "class", "infiniband", dev, "ports", "1", "counters", name)
@@ -849,7 +849,7 @@ def kill_process_tree():
             pass
     os.kill(os.getpid(), signal.SIGKILL)
     time.sleep(5)       # not reached
-    os._exit(137)  # pylint: disable=protected-access
+    os._exit(137)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -865,7 +865,7 @@ class Handler(BaseHTTPRequestHandler):
     state = None  # set per server class
 
     # quieter, uvicorn-like access log
-    def log_message(self, fmt, *args):  # noqa: N802 (stdlib name)
+    def log_message(self, fmt, *args):
         log("INFO", "%s:%s - %s" % (self.client_address[0], self.client_address[1], fmt % args))
 
     def handle_one_request(self):
@@ -952,19 +952,19 @@ class Handler(BaseHTTPRequestHandler):
         return dict(urllib.parse.parse_qsl(urllib.parse.urlparse(self.path).query))
 
     # -- dispatch ------------------------------------------------------------------------------------------------
-    def do_HEAD(self):  # noqa: N802
+    def do_HEAD(self):
         self.do_GET()
 
-    def do_GET(self):  # noqa: N802
+    def do_GET(self):
         self._dispatch("GET")
 
-    def do_POST(self):  # noqa: N802
+    def do_POST(self):
         self._dispatch("POST")
 
-    def do_PUT(self):  # noqa: N802
+    def do_PUT(self):
         self._dispatch("PUT")
 
-    def do_DELETE(self):  # noqa: N802
+    def do_DELETE(self):
         self._dispatch("DELETE")
 
     def _dispatch(self, method):
@@ -1633,7 +1633,7 @@ class BootstrapHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     state = None
 
-    def log_message(self, fmt, *args):  # noqa: N802
+    def log_message(self, fmt, *args):
         pass
 
     def _reply(self, code, body, ctype="text/plain; charset=utf-8"):
@@ -1703,7 +1703,7 @@ class BootstrapHandler(BaseHTTPRequestHandler):
         return self._reply(200, {"device": info["device"], "host": info["host"], "kv_bytes": nbytes,
                                  "transport": mine})
 
-    do_GET = do_PUT = do_POST = do_DELETE = _handle  # noqa: N815
+    do_GET = do_PUT = do_POST = do_DELETE = _handle
 
 
 def make_server(host, port, handler_cls):
@@ -1752,7 +1752,6 @@ def cuda_init_error(env=None):
         return ("RuntimeError: CUDA driver initialization failed, you might not have a CUDA gpu. "
                 "(emulated: nvidia_uvm not loaded, %s/nvidia-uvm absent; load it with nvidia-modprobe -u -c=0)"
                 % run_dir)
-    import subprocess  # noqa: PLC0415 - only on emulated hosts
     try:
         res = subprocess.run([os.path.join(root, "bin", "nvidia-smi"), "--query-gpu=fabric.state",
                               "--format=csv,noheader"], capture_output=True, text=True, timeout=30, check=False,
@@ -1776,7 +1775,7 @@ def scheduler_child():
     as KillMode=control-group sends one to every process of the unit), exits 0 on the parent's shutdown request
     (ShutdownReq) or when the parent's end of the pipe closes."""
     try:
-        import ctypes  # pylint: disable=import-outside-toplevel
+        import ctypes
         ctypes.CDLL("libc.so.6").prctl(1, signal.SIGKILL)
     except (OSError, AttributeError):
         pass
@@ -1919,7 +1918,7 @@ def warmup(st):
             else:
                 log("INFO", "Disaggregation warmup failed (mode=%s), status codes: %s" % (st.mode, failed))
             st.server_status = "UnHealthy" if failed else "Up"
-    except Exception as exc:  # noqa: BLE001 - like the real one: any failure ends the server
+    except Exception as exc:  # like the real one: any failure ends the server
         log("ERROR", "Initialization failed. warmup error: %s: %s" % (type(exc).__name__, exc))
         kill_process_tree()
     log("INFO", "The server is fired up and ready to roll!")
@@ -2009,7 +2008,7 @@ def serve(version, argv, env=None):
             st.scheduler_proc.kill()
         except OSError:
             pass
-        os._exit(1)  # pylint: disable=protected-access
+        os._exit(1)
     log("INFO", "Load weight end. (stub: simulated load of %.1fs)" % st.load_seconds)
 
     handler = type("BoundHandler", (Handler,), {"state": st})

@@ -85,7 +85,7 @@ class Sandbox:
             results = json.loads(r.stdout)["plays"][0]["tasks"][0]["hosts"]
         except (ValueError, KeyError, IndexError) as e:
             raise AssertionError("ansible %s -m %s: no JSON result (%s):\n%s\n%s" % (
-                pattern, module, e, r.stdout[-4000:], r.stderr[-4000:]))
+                pattern, module, e, r.stdout[-4000:], r.stderr[-4000:])) from e
         bad = {h: v for h, v in results.items() if v.get("failed") or v.get("unreachable")}
         assert r.returncode == 0 and not bad, "ansible %s -m %s failed: %s" % (pattern, module, bad or r.stderr)
         return results

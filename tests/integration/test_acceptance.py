@@ -23,7 +23,7 @@ import time
 import pytest
 import yaml
 
-from test_sglang_deploy import INVENTORY, ROOT, VENV_BIN, _env, deploy, on_host  # pylint: disable=import-error
+from test_sglang_deploy import INVENTORY, ROOT, VENV_BIN, _env, deploy, on_host
 
 pytestmark = [pytest.mark.integration, pytest.mark.sandbox]
 LATEST = ROOT / "artifacts" / "acceptance" / "latest"

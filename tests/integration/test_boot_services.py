@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from test_sglang_deploy import recap  # pylint: disable=import-error
+from test_sglang_deploy import recap
 
 pytestmark = [pytest.mark.integration, pytest.mark.sandbox]
 

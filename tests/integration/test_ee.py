@@ -15,7 +15,6 @@ import json
 import os
 import pathlib
 import shutil
-import subprocess
 
 import pytest
 

@@ -4,9 +4,10 @@ bounded connect from the source host.
 
 Block one path between the two sandbox hosts: decode host b300b -> prefill bootstrap port 8998 on b300a (glm52_pd).
 A real nftables `drop` rule for saddr b300b tcp dport 8998 in b300a's network namespace (set from the controller with
-nsenter: the container itself may not change its firewall), i.e. what a host firewall that forgot the port does. Then the deploy is refused in its validate play naming both hosts and the port, and nothing on the
-hosts changed (no glm52_pd unit written, the running units untouched). Finally the block is lifted and the same check
-passes (the deploy run with --tags always: the validate play and read-only preflight only).
+nsenter: the container itself may not change its firewall), i.e. what a host firewall that forgot the port does.
+Then the deploy is refused in its validate play naming both hosts and the port, and nothing on the hosts changed
+(no glm52_pd unit written, the running units untouched). Finally the block is lifted and the same check passes (the
+deploy run with --tags always: the validate play and read-only preflight only).
 """
 import os
 import pathlib

@@ -14,15 +14,14 @@ import sys
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tools"))
-import reliability  # noqa: E402  pylint: disable=wrong-import-position
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tools"))
+import reliability
 
 pytestmark = [pytest.mark.integration, pytest.mark.sandbox]
 
 
 @pytest.fixture(scope="module")
-def bench(sandbox, tmp_path_factory):  # noqa: ARG001 - the fixture brings the fleet up
+def bench(sandbox, tmp_path_factory):  # `sandbox` is unused by name: requesting it brings the fleet up
     opts = reliability.options(["--profiles", "kimi_k3", "--baseline-s", "8", "--tail-s", "3",
                                 "--health-timeout-s", "20", "--max-load-s", "300", "--wait-idle-s", "120"])
     b = reliability.Bench(opts, tmp_path_factory.mktemp("reliability"))

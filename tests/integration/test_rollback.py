@@ -26,9 +26,10 @@ import urllib.request
 import pytest
 import yaml
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tools"))
+import loadgen
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tools"))
-import loadgen  # noqa: E402  pylint: disable=wrong-import-position
 
 ROUTER = "http://10.89.30.11:30080"
 HOSTS = ("b300a", "b300b")

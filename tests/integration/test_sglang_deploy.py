@@ -73,7 +73,7 @@ PROFILES = {
 
 
 @pytest.mark.parametrize("profile", ["kimi_k3", "glm52_pd"])
-def test_deploy_serves_and_is_idempotent(sandbox, profile):  # noqa: ARG001 - the fixture brings the fleet up
+def test_deploy_serves_and_is_idempotent(sandbox, profile):  # `sandbox` is unused by name: requesting it brings the fleet up
     spec = PROFILES[profile]
     first = deploy(profile)
     assert "answered:" in first, "no smoke answer printed"

@@ -45,7 +45,7 @@ def triage(fleet, tmp_path, *args, timeout=600):
     try:
         rep = json.loads(r.stdout)
     except ValueError:
-        raise AssertionError("no JSON report (rc %d):\n%s\n%s" % (r.returncode, r.stdout[-3000:], r.stderr[-3000:]))
+        raise AssertionError("no JSON report (rc %d):\n%s\n%s" % (r.returncode, r.stdout[-3000:], r.stderr[-3000:])) from None
     return r.returncode, rep
 
 

@@ -12,11 +12,12 @@ import sys
 
 import pytest
 
-from test_sglang_deploy import unit_props  # pylint: disable=import-error
+from test_sglang_deploy import unit_props
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "unit"))
+from test_sglang_venv_check import _wheel
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests" / "unit"))
-from test_sglang_venv_check import _wheel  # noqa: E402  pylint: disable=import-error,wrong-import-position
 
 pytestmark = [pytest.mark.integration, pytest.mark.sandbox]
 UNITS = {"b300a": ["sglang-glm52_pd-p0.service", "sglang-glm52_pd-p1.service"],

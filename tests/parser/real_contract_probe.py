@@ -6,7 +6,8 @@ code says on each contract point. tests/parser/test_real_contract.py judges it w
 
 No stand-in replaces code under test. sys.path gets tools/sglang_argcheck/standins AFTER the real site-packages
 (only torchvision is missing from the venv; nothing here reaches it). triton is the real CPU wheel: torch's
-flop_counter needs real triton types at import time.
+flop_counter needs real triton types at import time. Each probe imports the sglang modules it reads inside its
+function: a run imports only what its probes need.
 """
 import dataclasses
 import json
@@ -35,7 +36,7 @@ FED = [
 
 def server_args():
     """The real ServerArgs with its dataclass defaults, without __post_init__ (which needs a model on disk)."""
-    from sglang.srt.server_args import ServerArgs  # pylint: disable=import-outside-toplevel
+    from sglang.srt.server_args import ServerArgs
     sa = ServerArgs.__new__(ServerArgs)
     for f in dataclasses.fields(ServerArgs):
         if f.default is not dataclasses.MISSING:
@@ -50,7 +51,7 @@ def server_args():
 
 
 def feed():
-    from sglang.srt.observability.metrics_collector import TokenizerMetricsCollector  # noqa: E501 pylint: disable=import-outside-toplevel
+    from sglang.srt.observability.metrics_collector import TokenizerMetricsCollector
     # the label names TokenizerManager.init_metric_collector_watchdog builds (tokenizer_manager.py); one collector
     # per process like a server (a second one would register the same series twice). The label VALUES come with
     # each call, so one collector writes the three engine types' label sets.
@@ -78,9 +79,9 @@ def metrics():
     add_prometheus_middleware on the real FastAPI app, fetched through an ASGI test client."""
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="sglang-contract-prom-")
     feed()
-    from sglang.srt.utils.common import add_prometheus_middleware  # pylint: disable=import-outside-toplevel
-    from fastapi import FastAPI  # pylint: disable=import-outside-toplevel
-    from starlette.testclient import TestClient  # pylint: disable=import-outside-toplevel
+    from sglang.srt.utils.common import add_prometheus_middleware
+    from fastapi import FastAPI
+    from starlette.testclient import TestClient
     app = FastAPI()
     add_prometheus_middleware(app)
     resp = TestClient(app).get("/metrics")
@@ -93,7 +94,7 @@ def metrics_single():
     counters plus their `_created` series."""
     os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
     feed()
-    import prometheus_client  # pylint: disable=import-outside-toplevel
+    import prometheus_client
     return {"text": prometheus_client.generate_latest().decode(), "fed": fed_summary(),
             "prometheus_client": prometheus_client.__version__ if hasattr(prometheus_client, "__version__") else
             __import__("importlib.metadata").metadata.version("prometheus_client")}
@@ -102,8 +103,8 @@ def metrics_single():
 def routes():
     """(path, [methods]) of the real app's route table, with /metrics mounted as a server with --enable-metrics."""
     os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="sglang-contract-prom-"))
-    from sglang.srt.entrypoints import http_server  # pylint: disable=import-outside-toplevel
-    from sglang.srt.utils.common import add_prometheus_middleware  # pylint: disable=import-outside-toplevel
+    from sglang.srt.entrypoints import http_server
+    from sglang.srt.utils.common import add_prometheus_middleware
     app = http_server.app
     add_prometheus_middleware(app)   # what launch does with enable_metrics (http_server.py lifespan)
     out = []
@@ -134,15 +135,15 @@ def environ():
              "SGLANG_TIMEOUT_KEEP_ALIVE")
     for n in names:
         os.environ.pop(n, None)
-    import inspect  # pylint: disable=import-outside-toplevel
-    from sglang.srt.environ import envs  # pylint: disable=import-outside-toplevel
-    from sglang.srt.entrypoints import http_server  # pylint: disable=import-outside-toplevel
+    import inspect
+    from sglang.srt.environ import envs
+    from sglang.srt.entrypoints import http_server
     out = {n: getattr(envs, n).get() for n in names if hasattr(envs, n)}
     # /health's generation timeout is a module constant read at import: int(os.getenv(..., 20))
     out["HEALTH_CHECK_TIMEOUT"] = http_server.HEALTH_CHECK_TIMEOUT
     # the warm-up request's timeout when SGLANG_WARMUP_TIMEOUT <= 0: the literal fallbacks of the function that
     # sends it (non-PD first, PD second)
-    src = inspect.getsource(http_server._execute_server_warmup)  # pylint: disable=protected-access
+    src = inspect.getsource(http_server._execute_server_warmup)  # private in sglang: its source is the contract
     out["warmup_fallbacks"] = [ln.strip() for ln in src.splitlines() if "warmup_timeout if warmup_timeout > 0" in ln]
     out["warmup_kills_server"] = "kill_process_tree" in src
     return out
@@ -153,7 +154,7 @@ def bench_auth():
     # stand-in (sandbox/client_standins, the same one the sandbox acceptance client uses) satisfies that import.
     # get_auth_headers, the code under test, touches none of it.
     sys.path.append(os.path.join(ROOT, "sandbox", "client_standins"))
-    from sglang.benchmark import serving  # pylint: disable=import-outside-toplevel
+    from sglang.benchmark import serving
     out = {}
     for case, env in (("none", {}), ("openai", {"OPENAI_API_KEY": "k-openai"}), ("api_key", {"API_KEY": "k-plain"}),
                       ("both", {"OPENAI_API_KEY": "k-openai", "API_KEY": "k-plain"})):
@@ -161,14 +162,14 @@ def bench_auth():
             os.environ.pop(k, None)
         os.environ.update(env)
         out[case] = serving.get_auth_headers()
-    import inspect  # pylint: disable=import-outside-toplevel
+    import inspect
     out["flush_server_cache"] = inspect.getsource(serving.flush_server_cache)
     return out
 
 
 def router_args():
-    from sglang_router.router_args import RouterArgs  # pylint: disable=import-outside-toplevel
-    import importlib.metadata as md  # pylint: disable=import-outside-toplevel
+    from sglang_router.router_args import RouterArgs
+    import importlib.metadata as md
     ra = RouterArgs()
     vals = {f.name: getattr(ra, f.name) for f in dataclasses.fields(RouterArgs)}
     return {"version": md.version("sglang-router"),
@@ -182,7 +183,7 @@ def main():
     """Run the named probes in THIS process (one sglang import for all of them): {probe: result, "_sglang": ver}.
     metrics_single cannot share a process with the others: prometheus_client picks its value class (multiprocess
     or not) once, at import."""
-    import importlib.metadata as md  # pylint: disable=import-outside-toplevel
+    import importlib.metadata as md
     names = sys.argv[1:]
     unknown = [n for n in names if n not in PROBES]
     if unknown or not names:

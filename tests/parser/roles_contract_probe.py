@@ -32,14 +32,14 @@ _utils = types.ModuleType("sglang.srt.disaggregation.utils")
 _utils.DisaggregationMode = DisaggregationMode
 sys.modules["sglang.srt.disaggregation.utils"] = _utils
 
-from sglang.srt.managers.scheduler_components import load_inquirer  # noqa: E402
-from sglang.srt.environ import envs  # noqa: E402
-from sglang.srt.utils.auth import AuthLevel, decide_request_auth  # noqa: E402
-from sglang.srt.parser.reasoning_parser import ReasoningParser  # noqa: E402
-from sglang.srt.entrypoints.openai.protocol import (  # noqa: E402
+from sglang.srt.managers.scheduler_components import load_inquirer  # noqa: E402  the DisaggregationMode stand-in must be in place first
+from sglang.srt.environ import envs  # noqa: E402  the DisaggregationMode stand-in must be in place first
+from sglang.srt.utils.auth import AuthLevel, decide_request_auth  # noqa: E402  the DisaggregationMode stand-in must be in place first
+from sglang.srt.parser.reasoning_parser import ReasoningParser  # noqa: E402  the DisaggregationMode stand-in must be in place first
+from sglang.srt.entrypoints.openai.protocol import (  # noqa: E402  the DisaggregationMode stand-in must be in place first
     ChatCompletionResponse, ChatCompletionResponseChoice, ChatCompletionResponseStreamChoice,
     ChatCompletionStreamResponse, ChatMessage, DeltaMessage, UsageInfo)
-import sglang  # noqa: E402
+import sglang  # noqa: E402  the DisaggregationMode stand-in must be in place first
 
 load_inquirer.get_lora = lambda: NS(enable_lora=False)
 

@@ -36,18 +36,20 @@ import time
 import pytest
 import yaml
 
+# the module_utils dir flat (as the acceptance role ships sglang_metrics.py next to the client), then the client's
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "collections" / "ansible_collections" / "b300" / "rollout"
+                       / "plugins" / "module_utils"))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "roles" / "acceptance" / "files"))
+import sglang_metrics
+import acceptance_client
+from ansible_collections.b300.rollout.plugins.module_utils import acceptance
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 VERSIONS = ("0.5.17", "0.5.18")
 PROBE = pathlib.Path(__file__).with_name("real_contract_probe.py")
 ENDPOINTS = pathlib.Path(__file__).with_name("worker_endpoints.yml")
 MU = ROOT / "collections" / "ansible_collections" / "b300" / "rollout" / "plugins" / "module_utils"
 CLIENT_DIR = ROOT / "roles" / "acceptance" / "files"
-
-sys.path.insert(0, str(MU))
-sys.path.insert(0, str(CLIENT_DIR))
-import sglang_metrics  # noqa: E402  pylint: disable=wrong-import-position
-import acceptance_client  # noqa: E402  pylint: disable=wrong-import-position
-from ansible_collections.b300.rollout.plugins.module_utils import acceptance  # noqa: E402  pylint: disable=C0413
 
 pytestmark = pytest.mark.real_parser
 TIMINGS = {}

@@ -17,16 +17,16 @@ import time
 
 import pytest
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tools" / "sglang_argcheck"))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "sandbox" / "sglang_stub"))
+import seed_commands
+import sglang_stub
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TOOLS = ROOT / "tools" / "sglang_argcheck"
 STUB_DIR = ROOT / "sandbox" / "sglang_stub"
 VERSIONS = ("0.5.17", "0.5.18")
 REFERENCE = ROOT.parent / "shared" / "reference" / "sglang"
-
-sys.path.insert(0, str(TOOLS))
-sys.path.insert(0, str(STUB_DIR))
-import seed_commands  # noqa: E402
-import sglang_stub  # noqa: E402
 
 pytestmark = pytest.mark.real_parser
 TIMINGS = {}
@@ -208,7 +208,7 @@ def _same_but_choice_order(a, b):
 # ------------------------------------------------------------------------------------------------ rendered plans
 def _plan_inputs(profile_name):
     """Inputs for module_utils/sglang_plan.build_plan (SYNTHESIZED facts: 8 GPUs, 8 CX-8 data NICs)."""
-    import yaml  # pylint: disable=import-outside-toplevel
+    import yaml
     prof = yaml.safe_load((ROOT / "roles" / "sglang" / "files" / "profiles" / ("%s.yml" % profile_name))
                           .read_text())
     server = {}
@@ -238,7 +238,7 @@ def _plan_inputs(profile_name):
 @pytest.mark.parametrize("profile_name", ["glm52_pd", "kimi_k3"])
 def test_sglang_plan_rendered_argvs_accepted_by_pinned_real_parser(venvs, tmp_path, profile_name):
     """Every instance argv module_utils/sglang_plan.py renders passes the real parser of the profile's version."""
-    from ansible_collections.b300.rollout.plugins.module_utils import sglang_plan  # pylint: disable=import-outside-toplevel
+    from ansible_collections.b300.rollout.plugins.module_utils import sglang_plan
     prof, hosts, settings, catalogs = _plan_inputs(profile_name)
     plan = sglang_plan.build_plan(prof, hosts, settings, catalogs)
     assert not plan["errors"], plan["errors"]

@@ -15,13 +15,14 @@ import sys
 
 import pytest
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "roles" / "sglang" / "files"))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tools"))
+import loadgen
+import sglang_probe as sp
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BUILD = ROOT / "tools" / "sglang_argcheck" / "build_venv.sh"
 PROBE = pathlib.Path(__file__).resolve().parent / "roles_contract_probe.py"
-sys.path.insert(0, str(ROOT / "roles" / "sglang" / "files"))
-sys.path.insert(0, str(ROOT / "tools"))
-import loadgen  # noqa: E402
-import sglang_probe as sp  # noqa: E402
 
 pytestmark = pytest.mark.real_parser
 VERSIONS = ("0.5.17", "0.5.18")

@@ -15,9 +15,10 @@ import pytest
 
 from ansible_collections.b300.rollout.plugins.module_utils import sglang_metrics as sm
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "roles" / "acceptance" / "files"))
+import acceptance_client as client
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "roles" / "acceptance" / "files"))
-import acceptance_client as client  # noqa: E402  pylint: disable=wrong-import-position
 
 MODEL = 'Kimi "K3" {a,b}=c\\d\ne'
 # single-process exposition of prometheus_client: HELP/TYPE, _total and _created, escaped label values, exponents

@@ -9,7 +9,7 @@ from ansible_collections.b300.rollout.plugins.module_utils.gpu_topology import b
 from ansible_collections.b300.rollout.plugins.module_utils.rdma_nic import build_rdma_nics
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "facts"))
-import synth  # noqa: E402
+import synth
 
 
 @pytest.fixture

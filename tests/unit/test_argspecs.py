@@ -13,10 +13,11 @@ import sys
 import pytest
 import yaml
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tools"))  # tools/ is not a package
+import argspecs
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 ROLES = sorted(p.name for p in (ROOT / "roles").iterdir() if (p / "defaults" / "main.yml").exists())
-sys.path.insert(0, str(ROOT / "tools"))
-import argspecs  # noqa: E402  (tools/ is not a package; the path is set up on the line above)
 
 TOP_VAR = re.compile(r"^([a-z][a-z0-9_]*):(?:\s|$)")
 COMMENTED_VAR = re.compile(r"^#\s*([a-z][a-z0-9_]*):\s*\S")

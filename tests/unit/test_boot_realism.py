@@ -11,12 +11,13 @@ import pathlib
 import subprocess
 import sys
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "sandbox" / "sglang_stub"))
+import sglang_stub
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 HWEMU = ROOT / "sandbox" / "hwemu"
 SMI = HWEMU / "bin" / "nvidia-smi"
 WAIT = ROOT / "roles" / "sglang" / "files" / "sglang-wait-fabric"
-sys.path.insert(0, str(ROOT / "sandbox" / "sglang_stub"))
-import sglang_stub  # noqa: E402
 
 
 def _env(tmp_path, delay):

@@ -7,7 +7,7 @@ import pytest
 from ansible_collections.b300.rollout.plugins.module_utils import gpu_topology as gt
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "facts"))
-import synth  # noqa: E402  (SYNTHESIZED fixture builder)
+import synth  # the SYNTHESIZED fixture builder
 
 
 def real(real_fixtures, machine, name):

@@ -10,14 +10,15 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                                "sandbox", "hwemu"))
+import model
+import render_fixtures
+import scenarios
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HWEMU = os.path.join(ROOT, "sandbox", "hwemu")
 SYNTH = os.path.join(ROOT, "tests", "fixtures", "synth")
-sys.path.insert(0, HWEMU)
-
-import model  # noqa: E402
-import render_fixtures  # noqa: E402
-import scenarios  # noqa: E402
 
 
 # ----------------------------------------------------------------------------------------- renderer / fixtures

@@ -6,10 +6,10 @@ import re
 import subprocess
 import sys
 
+from ansible_collections.b300.rollout.plugins.module_utils import argparse_abbrev as ab
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 MU = ROOT / "collections" / "ansible_collections" / "b300" / "rollout" / "plugins" / "module_utils"
-
-from ansible_collections.b300.rollout.plugins.module_utils import argparse_abbrev as ab  # noqa: E402
 
 
 def test_prefix_rule():

@@ -11,7 +11,7 @@ import pytest
 from ansible_collections.b300.rollout.plugins.module_utils import rdma_nic as rn
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "facts"))
-import synth  # noqa: E402
+import synth
 
 
 # ----------------------------------------------------------------- versions / flavours

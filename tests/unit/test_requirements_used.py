@@ -18,6 +18,7 @@ PY_USES = {
     "molecule-plugins": "name: podman",    # molecule/*/molecule.yml driver
     "ansible-lint": "ansible-lint",
     "yamllint": "yamllint",
+    "ruff": "ruff check",
     "pytest": "import pytest",
     "matplotlib": "import matplotlib",
     "ansible-builder": "ansible-builder",

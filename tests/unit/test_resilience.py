@@ -8,7 +8,7 @@ import textwrap
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-import test_sglang_plan as tsp  # noqa: E402
+import test_sglang_plan as tsp
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 LAUNCHER = ROOT / "roles" / "sglang" / "files" / "sglang_launch.py"

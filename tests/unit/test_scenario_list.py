@@ -9,11 +9,12 @@ import re
 import subprocess
 import sys
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "sandbox" / "hwemu"))
+import render_fixtures
+import scenarios
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 HWEMU = ROOT / "sandbox" / "hwemu"
-sys.path.insert(0, str(HWEMU))
-import render_fixtures  # noqa: E402
-import scenarios  # noqa: E402
 
 # the documents allowed to enumerate the scenarios: the described table and the generated fixture README
 OWNERS = {"sandbox/hwemu/README.md", "tests/fixtures/synth/README.md"}

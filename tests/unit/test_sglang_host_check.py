@@ -9,10 +9,12 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                                "roles", "sglang", "files"))
+import sglang_host_check as hc
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, "roles", "sglang", "files", "sglang_host_check.py")
-sys.path.insert(0, os.path.dirname(SCRIPT))
-import sglang_host_check as hc  # noqa: E402
 
 GLM_PREFILL = ["--model-path", "{m}", "--tp", "4", "--mem-fraction-static", "0.87", "--enable-hierarchical-cache",
                "--hicache-ratio", "2", "--hicache-size", "0"]

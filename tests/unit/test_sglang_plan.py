@@ -276,7 +276,7 @@ def synth_b300_hosts(tmp_path):
     """Both hosts with facts parsed by the real facts code from the facts helper's SYNTHESIZED B300 fixture
     (tests/fixtures/facts/synth.py: 8 GPUs, CX8 mlx5_0..7, fabric-manager CX7 mlx5_8 under GPU 0's switch)."""
     sys.path.insert(0, str(ROOT / "tests" / "fixtures" / "facts"))
-    import synth  # noqa: E402 pylint: disable=import-outside-toplevel
+    import synth
     from ansible_collections.b300.rollout.plugins.module_utils.gpu_topology import build_gpu_topology
     from ansible_collections.b300.rollout.plugins.module_utils.rdma_nic import build_rdma_nics
 

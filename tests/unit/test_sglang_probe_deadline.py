@@ -3,9 +3,9 @@ probes, however long a single probe takes) and the slices that let the caller pr
 import os
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "roles", "sglang", "files"))
-import sglang_probe as sp  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                                "roles", "sglang", "files"))
+import sglang_probe as sp
 
 
 class Clock:

@@ -11,10 +11,12 @@ import types
 
 import pytest
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                                "roles", "sglang", "files"))
+import sglang_probe as sp
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PROBE = os.path.join(ROOT, "roles", "sglang", "files", "sglang_probe.py")
-sys.path.insert(0, os.path.dirname(PROBE))
-import sglang_probe as sp  # noqa: E402
 
 
 def loads(ts=100.0, running=0, waiting=0, uncached=0, inflight=0, boot=0, transfer=0, mode="prefill", ranks=1):
@@ -82,7 +84,7 @@ class Fake:
         fake = self
 
         class H(http.server.BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802
+            def do_GET(self):
                 fake.hits.append(self.path)
                 fake.auth.append(self.headers.get("Authorization"))
                 seq = fake.routes.get(self.path) or [(404, "{}")]

@@ -7,13 +7,13 @@ import threading
 
 import pytest
 
-from test_sglang_stub import Stub, free_port, http  # pylint: disable=import-error
+from test_sglang_stub import Stub, free_port, http
 
 sys.dont_write_bytecode = True
 
 
 def test_prefix_cache_blocks_capacity_eviction():
-    import sglang_stub as st  # noqa: E402  (on sys.path through test_sglang_stub)
+    import sglang_stub as st  # on sys.path through test_sglang_stub
     c = st.PrefixCache(4, 16)
     a = ["s%d" % i for i in range(12)] + ["qa", "qb", "qc", "qd"]
     assert c.match(a) == 0
@@ -109,7 +109,7 @@ def test_pd_kv_pull_moves_nic_counters_only_over_rdma(tmp_path, tcp):
 
 def test_force_hca_fails_instead_of_tcp(tmp_path):
     import subprocess
-    from test_sglang_stub import BIN  # pylint: disable=import-error
+    from test_sglang_stub import BIN
     root = _sysfs(tmp_path, ["mlx5_0"], state="1: DOWN")
     proc = subprocess.run([sys.executable, str(BIN / "sglang-0.5.18"), "serve", "--model-path", "/m", "--port",
                            str(free_port()), "--disaggregation-mode", "decode", "--disaggregation-ib-device", "mlx5_0"],

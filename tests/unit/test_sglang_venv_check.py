@@ -10,11 +10,13 @@ import zipfile
 
 import pytest
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                                "roles", "sglang", "files"))
+import sglang_venv_check as vc
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, "roles", "sglang", "files", "sglang_venv_check.py")
 WHEELHOUSE = os.path.join(ROOT, ".cache", "wheelhouse")
-sys.path.insert(0, os.path.dirname(SCRIPT))
-import sglang_venv_check as vc  # noqa: E402
 
 CC = shutil.which("cc") or shutil.which("gcc")
 

@@ -9,10 +9,11 @@ import sys
 
 import pytest
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "sandbox" / "sglang_stub"))
+import sglang_stub as st
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 STUB_DIR = ROOT / "sandbox" / "sglang_stub"
-sys.path.insert(0, str(STUB_DIR))
-import sglang_stub as st  # noqa: E402
 
 KEY = "sk-b300-" + "0f1e2d3c4b5a6978" * 2
 

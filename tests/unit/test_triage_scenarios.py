@@ -13,7 +13,7 @@ from ansible_collections.b300.rollout.plugins.module_utils.triage_verdict import
     render_textfile
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from triage_emu import BIN, emulated_host  # noqa: E402
+from triage_emu import BIN, emulated_host
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 ROWS = yaml.safe_load((REPO / "roles/nic_firmware_gate/vars/nic_fw_matrix.yml").read_text())["nic_firmware_gate_matrix_rows"]

@@ -6,13 +6,13 @@ import os
 import shutil
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                                "sandbox", "hwemu"))
+import hwemu_cli
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HWEMU = os.path.join(ROOT, "sandbox", "hwemu")
 BIN = os.path.join(HWEMU, "bin")
-if HWEMU not in sys.path:
-    sys.path.insert(0, HWEMU)
-
-import hwemu_cli  # noqa: E402
 
 
 class EmuModule:

@@ -60,7 +60,7 @@ def main(argv=None):
             return subprocess.call([py, os.path.abspath(__file__), "--expect-version", version] + rest)
     sys.path.append(STANDINS)
     sys.path.insert(0, ROLE_CHECK)
-    import sglang_argv_check  # pylint: disable=import-outside-toplevel
+    import sglang_argv_check  # only now: the role's files/ dir (ROLE_CHECK) is on sys.path from the line above
     return sglang_argv_check.main(rest)
 
 

@@ -19,7 +19,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 def catalog(parser):
     out = {}
-    for action in parser._actions:  # pylint: disable=protected-access
+    for action in parser._actions:  # argparse lists its actions only in this private attribute
         for opt in action.option_strings:
             tname = None
             if action.type is not None:
@@ -46,17 +46,17 @@ def main(argv=None):
     opts = ap.parse_args(argv)
     if opts.sglang_version:
         sys.path.insert(0, HERE)
-        import check_argv  # pylint: disable=import-outside-toplevel
+        import check_argv
         py = check_argv.venv_python(opts.sglang_version)
         venv_dir = os.path.dirname(os.path.dirname(py))
         if os.path.abspath(sys.prefix) != os.path.abspath(venv_dir):
-            import subprocess  # pylint: disable=import-outside-toplevel
+            import subprocess
             rest = ["-o", os.path.abspath(opts.output)] if opts.output else []
             return subprocess.call([py, os.path.abspath(__file__)] + rest)
     sys.path.append(os.path.join(HERE, "standins"))
-    import warnings  # pylint: disable=import-outside-toplevel
+    import warnings
     warnings.filterwarnings("ignore")
-    from sglang.srt.server_args import ServerArgs  # pylint: disable=import-outside-toplevel
+    from sglang.srt.server_args import ServerArgs  # only now: the venv and the stand-ins are chosen above
     parser = argparse.ArgumentParser(prog="sglang serve")
     ServerArgs.add_cli_args(parser)
     text = render(catalog(parser))

@@ -43,7 +43,7 @@ for _d in (_HERE, os.path.join(_HERE, "..", "..", "..", "collections", "ansible_
     if os.path.exists(os.path.join(_d, "sglang_metrics.py")):
         sys.path.insert(0, os.path.abspath(_d))
         break
-import sglang_metrics  # noqa: E402  pylint: disable=wrong-import-position
+import sglang_metrics  # noqa: E402  its directory is only known after the search above
 
 EXIT_FLUSH = 3
 EXIT_WARMUP = 4

@@ -31,7 +31,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 if not os.path.exists(os.path.join(HERE, "health_history.py")):  # run from a checkout: roles/health_history/files
     sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "collections", "ansible_collections", "b300", "rollout",
                                     "plugins", "module_utils"))
-import health_history as hh  # noqa: E402
+import health_history as hh  # noqa: E402  its directory is only known after the check above
 
 DEFAULTS = {
     "dir": "/var/lib/b300-health-history",

@@ -31,21 +31,22 @@ EXIT_OK, EXIT_REFUSED, EXIT_NO_SGLANG, EXIT_VERSION = 0, 2, 3, 4
 
 def _installed_version(sglang_mod):
     try:
-        from sglang.version import __version__  # pylint: disable=import-outside-toplevel
+        from sglang.version import __version__
         return __version__
     except ImportError:
-        import importlib.metadata  # pylint: disable=import-outside-toplevel
+        import importlib.metadata
         return getattr(sglang_mod, "__version__", None) or importlib.metadata.version("sglang")
 
 
 def load_sglang():
     """(version, ServerArgs, serve_module_or_None); raises ImportError with the cause."""
+    # sglang is imported here, not at the top: a missing or broken sglang is a finding this script reports (exit 3)
     warnings.filterwarnings("ignore")
     with contextlib.redirect_stdout(io.StringIO()):
-        import sglang  # pylint: disable=import-outside-toplevel
-        from sglang.srt.server_args import ServerArgs  # pylint: disable=import-outside-toplevel
+        import sglang
+        from sglang.srt.server_args import ServerArgs
         try:
-            import sglang.cli.serve as serve_mod  # pylint: disable=import-outside-toplevel
+            import sglang.cli.serve as serve_mod
         except ImportError:
             serve_mod = None
     return _installed_version(sglang), ServerArgs, serve_mod
@@ -71,16 +72,17 @@ def _extract_model_type(argv):
 
 
 def serve_preprocess(argv, serve_mod=None):
-    """What `sglang serve` does to argv before the parser (uses sglang's own helpers when present)."""
+    """What `sglang serve` does to argv before the parser (uses sglang's own private helpers when present: the code
+    `sglang serve` of the installed version runs)."""
     if serve_mod is not None and hasattr(serve_mod, "_extract_model_type_override"):
         try:
-            model_type, argv = serve_mod._extract_model_type_override(list(argv))  # pylint: disable=protected-access
+            model_type, argv = serve_mod._extract_model_type_override(list(argv))
         except Exception as exc:  # sglang raises a bare Exception here
             raise ValueError(str(exc)) from None
     else:
         model_type, argv = _extract_model_type(list(argv))
     if serve_mod is not None and hasattr(serve_mod, "_normalize_positional_model_path"):
-        argv, _ = serve_mod._normalize_positional_model_path(argv)  # pylint: disable=protected-access
+        argv, _ = serve_mod._normalize_positional_model_path(argv)
     elif argv and not argv[0].startswith("-"):
         argv = ["--model-path", argv[0]] + argv[1:]
     return model_type, argv
@@ -145,7 +147,7 @@ def check_one(argv, server_args_cls, serve_mod, version):
         if model_type != "diffusion" and registry is not None:
             try:  # 0.5.18+: backends come from a registry (out-of-tree entry points can add some)
                 registry().get(model_type)
-            except Exception as exc:  # pylint: disable=broad-except
+            except Exception as exc:  # whatever the registry raises for an unknown backend is the answer
                 result["error"] = str(exc)
                 return result
         result["error"] = ("--model-type %s selects another serve backend; this check covers the LLM server only"
@@ -156,7 +158,7 @@ def check_one(argv, server_args_cls, serve_mod, version):
     try:
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
             if "--config" in argv2:
-                from sglang.srt.server_args_config_parser import ConfigArgumentMerger  # noqa: E501 pylint: disable=import-outside-toplevel
+                from sglang.srt.server_args_config_parser import ConfigArgumentMerger
                 argv2 = ConfigArgumentMerger(parser).merge_config_with_args(argv2)
             parser.parse_args(argv2)
     except SystemExit as exc:
@@ -169,10 +171,10 @@ def check_one(argv, server_args_cls, serve_mod, version):
         result["error"] = (msg[-1] if msg else (lines[-1] if lines else "argparse exit %s" % code))
         result["rc"] = EXIT_REFUSED
         return result
-    except Exception as exc:  # pylint: disable=broad-except  (config merge errors and the like)
+    except Exception as exc:  # config merge errors and the like: reported as the check's error, not a traceback
         result["error"] = "%s: %s" % (type(exc).__name__, exc)
         return result
-    result["abbreviations"] = abbreviations(argv2, parser._option_string_actions)  # pylint: disable=protected-access
+    result["abbreviations"] = abbreviations(argv2, parser._option_string_actions)  # argparse keeps its option map private
     result["warnings"] = ["%s is an argparse prefix abbreviation of %s: render the long name"
                           % (a["used"], a["long"]) for a in result["abbreviations"]]
     result.update(ok=True, rc=EXIT_OK)
@@ -197,7 +199,7 @@ def main(argv=None):
 
     try:
         version, server_args_cls, serve_mod = load_sglang()
-    except Exception as exc:  # pylint: disable=broad-except  (ImportError, or a dependency failing at import)
+    except Exception as exc:  # ImportError, or a dependency failing at import: both mean "no usable sglang"
         msg = ("sglang_argv_check: cannot import sglang with %s: %s: %s. Run this check with the python of the "
                "server venv (<venv>/bin/python) where sglang is installed." % (sys.executable, type(exc).__name__,
                                                                                    exc))

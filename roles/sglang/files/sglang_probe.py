@@ -11,8 +11,9 @@ With --deadline EPOCH (a wall-clock deadline computed ONCE by the caller for the
 every --poll seconds for at most --slice seconds (default 30), then returns so that the caller can show progress:
 exit 1 = not ready yet and the deadline not reached (call again), 4 = the deadline passed. The JSON line then also
 has "elapsed" (seconds since the wait began, with --total: the wait's full length), "journal_last" (the unit's last
-journal line, e.g. a loading percentage) and, on exit 3 or 4, "journal_tail" (its last --tail-lines lines). The API key, if any, is read from SGLANG_API_KEY in the
-instance env file (root-readable) so that it never appears on a command line or in Ansible output.
+journal line, e.g. a loading percentage) and, on exit 3 or 4, "journal_tail" (its last --tail-lines lines).
+The API key, if any, is read from SGLANG_API_KEY in the instance env file (root-readable) so that it never appears
+on a command line or in Ansible output.
 
   sglang_probe.py --drain --url http://10.0.0.11:30001 --env-file /etc/sglang/router.env --deadline EPOCH ...
 

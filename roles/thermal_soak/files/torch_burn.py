@@ -19,7 +19,7 @@ def main():
     ap.add_argument("--size", type=int, default=8192)
     ap.add_argument("--report-s", type=float, default=10.0)
     a = ap.parse_args()
-    import torch  # noqa: E402  (only on GPU hosts)
+    import torch  # imported after the arguments are read: torch is only on the GPU hosts
 
     if not torch.cuda.is_available():
         print("torch.cuda.is_available() is False", file=sys.stderr)

@@ -5,6 +5,6 @@ import sys
 
 sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "tools", "sglang_argcheck",
                              "standins"))
-import _standin  # noqa: E402  pylint: disable=wrong-import-position
+import _standin
 
 _standin.install(__name__, "0.28.0")

@@ -11,41 +11,71 @@ realtime tokens of each mode, one log_stats, and on a prefill one KV transfer. t
 the stub's /metrics families (name, type, label names, HELP) against these files.
 Load sglang's REAL metrics_collector.py (from an unpacked wheel) with light stand-ins for its heavy imports,
 observe what the stub emulates, print the multiprocess exposition (as /metrics serves it)."""
-import enum, importlib.util, os, sys, tempfile, types
+import enum
+import importlib.util
+import os
+import sys
+import tempfile
+import types
+
+# prometheus_client picks its multiprocess value class when it is imported: the directory must be set first
+os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp()
+from prometheus_client import CollectorRegistry, generate_latest, multiprocess
+
 ROOT = sys.argv[1]  # .../sglang
-d = tempfile.mkdtemp(); os.environ["PROMETHEUS_MULTIPROC_DIR"] = d
+
+
 def load(name, path):
     spec = importlib.util.spec_from_file_location(name, path)
-    m = importlib.util.module_from_spec(spec); sys.modules[name] = m; spec.loader.exec_module(m); return m
+    m = importlib.util.module_from_spec(spec)
+    sys.modules[name] = m
+    spec.loader.exec_module(m)
+    return m
+
+
 for pkg in ("sglang", "sglang.srt", "sglang.srt.observability", "sglang.srt.utils", "sglang.srt.disaggregation",
             "sglang.srt.model_executor", "sglang.srt.debug_utils", "sglang.srt.managers"):
-    sys.modules[pkg] = types.ModuleType(pkg); sys.modules[pkg].__path__ = []
+    sys.modules[pkg] = types.ModuleType(pkg)
+    sys.modules[pkg].__path__ = []
 sys.modules["sglang.srt.debug_utils.cuda_coredump"] = types.ModuleType("x")
+
+
 class DisaggregationMode(enum.Enum):
-    NULL = "null"; PREFILL = "prefill"; DECODE = "decode"
+    NULL = "null"
+    PREFILL = "prefill"
+    DECODE = "decode"
+
     @staticmethod
     def to_engine_type(mode):
         return {"null": "unified", "prefill": "prefill", "decode": "decode"}[mode]
-du = types.ModuleType("sglang.srt.disaggregation.utils"); du.DisaggregationMode = DisaggregationMode
+
+
+du = types.ModuleType("sglang.srt.disaggregation.utils")
+du.DisaggregationMode = DisaggregationMode
 sys.modules[du.__name__] = du
-fb = types.ModuleType("sglang.srt.model_executor.forward_batch_info"); fb.ForwardMode = enum.IntEnum("ForwardMode", "EXTEND DECODE")
+fb = types.ModuleType("sglang.srt.model_executor.forward_batch_info")
+fb.ForwardMode = enum.IntEnum("ForwardMode", "EXTEND DECODE")
 sys.modules[fb.__name__] = fb
-sa = types.ModuleType("sglang.srt.server_args"); sa.ServerArgs = object; sys.modules[sa.__name__] = sa
-u = sys.modules["sglang.srt.utils"]; u.get_bool_env_var = lambda n, default="false": os.getenv(n, default).lower() in ("true", "1")
+sa = types.ModuleType("sglang.srt.server_args")
+sa.ServerArgs = object
+sys.modules[sa.__name__] = sa
+u = sys.modules["sglang.srt.utils"]
+u.get_bool_env_var = lambda n, default="false": os.getenv(n, default).lower() in ("true", "1")
 load("sglang.srt.environ", ROOT + "/srt/environ.py")
 load("sglang.srt.observability.utils", ROOT + "/srt/observability/utils.py")
 load("sglang.srt.utils.gauge_histogram", ROOT + "/srt/utils/gauge_histogram.py")
 mc = load("sglang.srt.observability.metrics_collector", ROOT + "/srt/observability/metrics_collector.py")
 
+
 class Args:
     def __getattr__(self, name):
         return None
+
+
 args = Args()
 args.enable_metrics = True
 args.prefill_delayer_max_delay_passes = 30
 args.should_export_expert_balancedness_to_prometheus = lambda: False
-import prometheus_client
-from prometheus_client import CollectorRegistry, generate_latest, multiprocess
 mode = sys.argv[2]
 engine = {"null": "unified", "prefill": "prefill", "decode": "decode"}[mode]
 tl = {"model_name": "M", "engine_type": engine}

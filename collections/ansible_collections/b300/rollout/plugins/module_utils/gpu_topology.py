@@ -254,7 +254,7 @@ def parse_smi_xml(text):
     try:
         root = ET.fromstring(text.strip().encode("utf-8") if isinstance(text, str) else text)
     except ET.ParseError as exc:
-        raise ValueError("not XML: %s" % exc)
+        raise ValueError("not XML: %s" % exc) from exc
     if root.tag != "nvidia_smi_log":
         raise ValueError("unexpected root element <%s> (expected <nvidia_smi_log>)" % root.tag)
     gpus = []

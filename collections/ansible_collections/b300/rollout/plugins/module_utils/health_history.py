@@ -665,7 +665,7 @@ def read_window(directory, since_s, now=None, hot_temp_c=HOT_TEMP_C, plot_points
             hot_now = (r.get("temp") is not None and r["temp"] > hot_temp_c) or (tv is not None and tv > 0)
             if hot_now and a["first_hot_epoch"] is None:
                 a["first_hot_epoch"] = t
-    for i, a in gpus.items():
+    for a in gpus.values():
         a["thermal_violation_s"] = round(a["thermal_violation_s"], 1)
         a["power_violation_s"] = round(a["power_violation_s"], 1)
         if a["max_temp_c"] is not None and a["max_temp_c"] > hot_temp_c:

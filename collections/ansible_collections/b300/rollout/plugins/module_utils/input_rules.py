@@ -278,9 +278,9 @@ def rule_advertise_address(value):
             raise Refusal("%s is the loopback name" % show(value), rule, fix)
         return
     if ip.is_loopback or ip.is_unspecified or ip.is_multicast or ip.is_link_local:
-        raise Refusal("%s is %s address" % (show(value), "a loopback" if ip.is_loopback else "an unspecified"
-                                              if ip.is_unspecified else "a multicast" if ip.is_multicast
-                                              else "a link-local"), rule, fix)
+        kind = ("a loopback" if ip.is_loopback else "an unspecified" if ip.is_unspecified
+                else "a multicast" if ip.is_multicast else "a link-local")
+        raise Refusal("%s is %s address" % (show(value), kind), rule, fix)
 
 
 def rule_port(value):
@@ -309,8 +309,8 @@ def rule_int(value, minimum=1, maximum=None, unit="seconds"):
         unit, minimum, "" if maximum is None else " and <= %d" % maximum)
     n = to_int(value)
     if n is None:
-        raise Refusal("%s %s is not a whole number" % (_type_name(value) if not isinstance(value, str) else "string",
-                                                        show(value)), rule,
+        given = _type_name(value) if not isinstance(value, str) else "string"
+        raise Refusal("%s %s is not a whole number" % (given, show(value)), rule,
                       "write digits only: no sign, unit, decimal point or spaces")
     if n < minimum or (maximum is not None and n > maximum):
         raise Refusal("%d is out of range" % n, rule, "use a value in the range")

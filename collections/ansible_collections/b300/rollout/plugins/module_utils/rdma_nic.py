@@ -238,7 +238,7 @@ def _parse_mlxfwmanager_xml(text):
     try:
         root = ET.fromstring(body)
     except ET.ParseError as exc:
-        raise ValueError("mlxfwmanager XML output not parseable: %s" % exc)
+        raise ValueError("mlxfwmanager XML output not parseable: %s" % exc) from exc
     devices = []
     for dev in root.iter("Device"):
         rec = _new_fw_record()

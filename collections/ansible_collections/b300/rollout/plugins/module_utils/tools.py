@@ -74,10 +74,10 @@ def _build_gpu(raw, sysfs_root, smi, host):
         return build_gpu_topology(raw["smi_xml"], raw["topo"], raw["nvlink"], sysfs_root=sysfs_root,
                                   banner_text=raw["banner"])
     except TopoParseError as exc:
-        raise ToolError("nvidia-smi topo -m output unreadable on host %s (%s): %s" % (host, smi, exc))
+        raise ToolError("nvidia-smi topo -m output unreadable on host %s (%s): %s" % (host, smi, exc)) from exc
     except ValueError as exc:
         raise ToolError("nvidia-smi -q -x output unreadable on host %s (%s): %s; expected <nvidia_smi_log> XML" % (
-            host, smi, exc))
+            host, smi, exc)) from exc
 
 
 def _mlx5_version(sysfs_root):

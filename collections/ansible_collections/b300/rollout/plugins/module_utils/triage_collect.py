@@ -212,7 +212,7 @@ def collect(module, bin_path=None, sysfs_root="/sys", proc_root="/proc", since="
     for b, a in read_acs(run, find, sorted(b for b, e in pcie.items() if e["role"] == "bridge")).items():
         pcie[b].update(a)
     # upstream ports not on a path still give the "upstream max" of R6: read their link too
-    for b, e in list(pcie.items()):
+    for e in list(pcie.values()):
         up = e.get("upstream")
         if up and up not in pcie:
             pcie[up] = {"role": "upstream", "of": None, "link": tp.read_link(sysfs_root, up), "aer": None,

@@ -152,7 +152,7 @@ def parse_devlink_health(text):
         try:
             doc = json.loads(t)
         except ValueError as exc:
-            raise ValueError("devlink JSON not parseable: %s" % exc)
+            raise ValueError("devlink JSON not parseable: %s" % exc) from exc
         health = doc.get("health", doc)
         out = {}
         for dev, reps in health.items():

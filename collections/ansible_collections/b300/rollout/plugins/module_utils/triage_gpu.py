@@ -37,7 +37,7 @@ def parse_gpu_extras(xml_text):
     try:
         root = ET.fromstring((xml_text or "").strip())
     except ET.ParseError as exc:
-        raise ValueError("nvidia-smi -q -x not XML: %s" % exc)
+        raise ValueError("nvidia-smi -q -x not XML: %s" % exc) from exc
     if root.tag != "nvidia_smi_log":
         raise ValueError("unexpected root <%s>" % root.tag)
     out = []

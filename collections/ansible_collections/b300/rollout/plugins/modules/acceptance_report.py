@@ -99,10 +99,12 @@ from ansible_collections.b300.rollout.plugins.module_utils import acceptance
 
 
 def _plots(report, bench, run_dir):
+    # imported here, not at the top: the plots are optional and the report is written without them where the
+    # controller has no matplotlib
     try:
-        import matplotlib  # pylint: disable=import-outside-toplevel
+        import matplotlib
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+        import matplotlib.pyplot as plt
     except ImportError:
         return []
     made = []
