@@ -11,9 +11,8 @@ import pytest
 import yaml
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-import test_sglang_plan as tsp  # noqa: E402
-
-from ansible_collections.b300.rollout.plugins.module_utils import sglang_plan as sp  # noqa: E402
+import test_sglang_plan as tsp
+from ansible_collections.b300.rollout.plugins.module_utils import sglang_plan as sp
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 ROLE = ROOT / "roles" / "sglang"
@@ -107,7 +106,7 @@ def test_both_profiles_render_the_shared_resilient_set(profile):
         elif value is True:
             assert flag in argv, flag
         else:
-            assert tsp.flag_value(argv, flag) == sp._scalar(value), flag  # pylint: disable=protected-access
+            assert tsp.flag_value(argv, flag) == sp._scalar(value), flag
     seed = tsp.plan(profile, router_flag_set="seed")
     assert seed["router"]["args"] == tsp.plan(profile)["router"]["args"]     # no set = seed: router.args alone
     assert sp.router_flag_set(PROFILES[profile], SHARED, "resilient") == wanted
@@ -130,8 +129,8 @@ def test_one_executable_lookup():
 
 
 def test_find_tool_looks_in_bin_path_then_path(tmp_path, monkeypatch):
-    from ansible.module_utils.common.process import get_bin_path  # pylint: disable=import-outside-toplevel
-    from ansible_collections.b300.rollout.plugins.module_utils.tools import find_tool  # noqa: E501 pylint: disable=import-outside-toplevel
+    from ansible.module_utils.common.process import get_bin_path
+    from ansible_collections.b300.rollout.plugins.module_utils.tools import find_tool
 
     class Module:  # the one method of AnsibleModule find_tool uses
         @staticmethod
