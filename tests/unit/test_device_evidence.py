@@ -5,6 +5,8 @@ role reported live is what the project's code reads from the raw outputs, and th
 import json
 import pathlib
 
+import pytest
+
 from ansible_collections.b300.rollout.plugins.module_utils import nccl_results as nr
 from ansible_collections.b300.rollout.plugins.module_utils import thermal
 
@@ -116,9 +118,10 @@ def test_h200x1_dmon_sampler_soak_gives_the_reported_verdict():
     assert summ["gpus"]["0"]["samples"] < summ["gpus"]["0"]["loaded_samples"] + 5  # idle head/tail only
 
 
-def test_h200x1_query_sampler_soak_gives_the_reported_verdict():
-    summ = _load1("thermal/summary.json")
-    samples = thermal.parse_samples((EV1 / "thermal/samples.csv").read_text())["samples"]
+@pytest.mark.parametrize("run", ["thermal", "thermal_rerun"])  # thermal_rerun: after the one-executable-lookup change
+def test_h200x1_query_sampler_soak_gives_the_reported_verdict(run):
+    summ = _load1(run + "/summary.json")
+    samples = thermal.parse_samples((EV1 / run / "samples.csv").read_text())["samples"]
     again = thermal.analyse_host(samples, expected_gpus=[0], duration_s=summ["duration_s"])
     assert again["verdict"] == summ["verdict"] == "ok"
     assert again["gpus"]["0"]["temp_max_c"] == summ["gpus"]["0"]["temp_max_c"]
