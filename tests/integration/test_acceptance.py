@@ -18,6 +18,7 @@ import os
 import pathlib
 import secrets
 import subprocess
+import tempfile
 import time
 
 import pytest
@@ -53,17 +54,23 @@ def acceptance(profile, *extra, key=None):
                    capture_output=True)
     cmd = [str(VENV_BIN / "ansible-playbook"), "-i", str(INVENTORY), "playbooks/acceptance.yml", "-l", "b300a,b300b",
            "-e", "sglang_profile=%s" % profile, "-e", "acceptance_fail_on_verdict=false", *extra]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    leaks, samples, deadline = [], 0, time.monotonic() + 900
-    while key and proc.poll() is None and time.monotonic() < deadline:
-        leaks += _argv_holding(key)
-        samples += 1
-        time.sleep(0.3)
-    try:
-        out, err = proc.communicate(timeout=max(1, deadline - time.monotonic()))
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    # the output goes to files, not pipes: nothing reads a pipe while the process table is sampled, and -v output
+    # beyond the pipe's 64 KiB would block ansible-playbook on its write (a hang until the deadline)
+    with tempfile.TemporaryFile("w+") as fout, tempfile.TemporaryFile("w+") as ferr:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=fout, stderr=ferr, text=True)
+        leaks, samples, deadline = [], 0, time.monotonic() + 900
+        while key and proc.poll() is None and time.monotonic() < deadline:
+            leaks += _argv_holding(key)
+            samples += 1
+            time.sleep(0.3)
+        try:
+            proc.wait(timeout=max(1, deadline - time.monotonic()))
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        fout.seek(0)
+        ferr.seek(0)
+        out, err = fout.read(), ferr.read()
     assert not leaks, "the API key was on a process command line during the acceptance run: %s" % leaks[:3]
     assert proc.returncode == 0, out[-6000:] + err[-3000:]
     assert "requests done" in out                             # progress lines while the client runs
