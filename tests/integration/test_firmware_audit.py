@@ -4,8 +4,8 @@ b300b is switched to the SYNTHESIZED hwemu scenario `cx8_fw_mismatch` (exactly m
 DOCA-OFED 25.10-1.2.2, which bundles 40.47.1026); a finalizer puts it back to `healthy`.
 
 "Nothing changed on a host" is proven with a marker file: every file outside the volatile paths (/proc, /sys, /dev,
-/run, /tmp, /var/log, /var/cache, /var/lib/systemd, /root/.ansible, the emulator's own /opt/hwemu) that is newer than
-the marker is a change. The helper first proves it sees a change (positive control) before it is trusted.
+/run, /tmp, /var/log, /var/cache, /var/lib/systemd, /root/.ansible, the emulator's own /opt/hwemu, the health history's
+own files) that is newer than the marker is a change. The helper first proves it sees a change (positive control) before it is trusted.
 """
 import json
 import pathlib
@@ -13,12 +13,19 @@ import re
 import time
 
 import pytest
+import yaml
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 HOSTS = ("b300a", "b300b")
 MARKER = "/tmp/.fwgate-marker"
+_HISTORY = yaml.safe_load((ROOT / "roles" / "health_history" / "defaults" / "main.yml").read_text())
+# + what the health-history service (site.yml installs it) writes by itself every sampling interval: its samples, and
+# in the node_exporter textfile directory its own textfile (atomic write: a temp file renamed, which also touches the
+# directory). Any other file there (the audit's textfile, say) still counts as a change.
 PRUNE = ["/proc", "/sys", "/dev", "/run", "/tmp", "/var/tmp", "/var/log", "/var/cache", "/var/lib/systemd",
-         "/root/.ansible", "/opt/hwemu"]
+         "/root/.ansible", "/opt/hwemu", _HISTORY["health_history_dir"]]
+HISTORY_OWN = re.compile(r"^%s(/\.?b300_health_history\.prom(\.\d+\.tmp)?)?$"
+                         % re.escape(_HISTORY["health_history_textfile_dir"]))
 
 
 def mark(fleet, host):
@@ -29,7 +36,7 @@ def changed_files(fleet, host):
     prune = " -o ".join("-path %s" % p for p in PRUNE)
     out = fleet["sb"].exec(host, "find / -xdev \\( %s \\) -prune -o -newer %s -print" % (prune, MARKER),
                            check=False).stdout
-    return sorted(line for line in out.splitlines() if line and line != MARKER)
+    return sorted(line for line in out.splitlines() if line and line != MARKER and not HISTORY_OWN.match(line))
 
 
 def run(fleet, argv, timeout=600):

@@ -44,7 +44,9 @@ out = {"workers": None, "answers": [], "errors": []}
 try:
     out["workers"] = json.loads(urllib.request.urlopen("http://127.0.0.1:%d/workers" % port, timeout=5).read())
     for i in range(n):
+        # thinking off (kimi_k3 "thinking", glm45 "enable_thinking"): the answer naming the instance is in content
         body = json.dumps({"model": "any", "max_tokens": 8,
+                           "chat_template_kwargs": {"thinking": False, "enable_thinking": False},
                            "messages": [{"role": "user", "content": "reboot probe %d" % i}]}).encode()
         req = urllib.request.Request("http://127.0.0.1:%d/v1/chat/completions" % port, data=body,
                                      headers={"Content-Type": "application/json"})

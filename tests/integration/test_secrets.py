@@ -65,7 +65,10 @@ def deploy(sandbox, *extra, verbose=False):
 
 
 def chat(key=None):
-    body = json.dumps({"model": "Kimi-K3", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}).encode()
+    # thinking off (SGLang's serving_chat reads chat_template_kwargs "thinking" for kimi_k3): the answer, which names
+    # the instance, is in content instead of a think block in reasoning_content
+    body = json.dumps({"model": "Kimi-K3", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
+                       "chat_template_kwargs": {"thinking": False}}).encode()
     headers = {"Content-Type": "application/json"}
     if key is not None:
         headers["Authorization"] = "Bearer %s" % key

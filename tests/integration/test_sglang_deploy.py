@@ -76,7 +76,8 @@ PROFILES = {
 def test_deploy_serves_and_is_idempotent(sandbox, profile):  # `sandbox` is unused by name: requesting it brings the fleet up
     spec = PROFILES[profile]
     first = deploy(profile)
-    assert "answered:" in first, "no smoke answer printed"
+    # the smoke line shows the text: content, or "(reasoning) <think text>" from a model still thinking
+    assert re.search(r" via http://\S+ answered (\(reasoning\) )?\S", first), "no smoke answer with text printed"
     units = spec["units"]
     before = {(h, u): unit_props(h, u) for h, us in units.items() for u in us + (["sglang-router.service"] if h == "b300a" else [])}
     for (host, unit), props in before.items():
