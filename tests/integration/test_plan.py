@@ -75,7 +75,9 @@ def deployment(sandbox):
     versions = {m.group("version") for m in markers if m.group("version")}
     assert len(profiles) == 1 and len(versions) == 1, "units of several profiles/versions on the fleet: %s %s" % (
         profiles, versions)
-    launcher = any("sglang_launch.py" in text for u in units.values() for (text, _, _) in u.values())
+    # keyed: an ExecStart= through the key launcher (comments of the unit name the launcher either way)
+    launcher = any(re.search(r"^ExecStart=\S+ \S+/sglang_launch\.py ", text, re.M)
+                   for u in units.values() for (text, _, _) in u.values())
     return {"units": units, "profile": profiles.pop(), "version": versions.pop(), "api_key": launcher}
 
 
