@@ -591,8 +591,8 @@ def _plan_router(profile, instances, hosts_by_name, settings, catalog, version, 
     ctx = {"model_path": model_path, "router_host": settings.get("router_bind_host") or "0.0.0.0", "router_port": port,
            "prometheus_host": prom_host, "prometheus_port": prom_port}
     if catalog is not None:
-        errors.extend(check_args({k: v for k, v in args.items() if v not in LIST_PLACEHOLDERS}, catalog,
-                                  "sglang-router %s" % version, where))
+        known = {k: v for k, v in args.items() if v not in LIST_PLACEHOLDERS}
+        errors.extend(check_args(known, catalog, "sglang-router %s" % version, where))
     _check_arg_timeouts(where, args, ("timeout", "interval"), errors, prefix="router ")
     _check_router_startup_timeout(where, args, settings, errors)
     argv_args = render_args(args, ctx, where, errors, _router_expansions(instances))
