@@ -66,8 +66,9 @@ def deploy(sandbox, *extra, verbose=False):
 
 def chat(key=None):
     # thinking off (SGLang's serving_chat reads chat_template_kwargs "thinking" for kimi_k3): the answer, which names
-    # the instance, is in content instead of a think block in reasoning_content
-    body = json.dumps({"model": "Kimi-K3", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
+    # the instance, is in content instead of a think block in reasoning_content; 32 tokens hold the whole answer
+    # (the stub, like a model, stops at max_tokens: 4 cut it before an instance name with spaces)
+    body = json.dumps({"model": "Kimi-K3", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 32,
                        "chat_template_kwargs": {"thinking": False}}).encode()
     headers = {"Content-Type": "application/json"}
     if key is not None:
