@@ -365,15 +365,17 @@ def rule_version(value, regex=VERSION_RE, example="0.5.18", optional=True):
 
 def rule_url(value, optional=True):
     rule = "an http(s) URL of a directory listing, without user:password@ (credentials would land in pip's argv " \
-           "and the output) and without whitespace or control characters"
+           "and the output), or file:///ABSOLUTE/DIR (a directory on the host), without whitespace or control " \
+           "characters"
     if value in ("", None) and optional:
         return
     if not isinstance(value, str):
         raise Refusal("%s %s" % (_type_name(value), show(value)), rule, "write the URL as a string")
     m = re.match(r"^(https?)://([^/?#]*)(.*)$", value)
-    if not m:
-        raise Refusal("%s is not an http(s) URL" % show(value), rule, "write http://HOST[:PORT]/PATH")
-    if "@" in m.group(2):
+    if not m and not re.match(r"^file:///[^/]", value):
+        raise Refusal("%s is neither an http(s) URL nor file:///ABSOLUTE/DIR" % show(value), rule,
+                      "write http://HOST[:PORT]/PATH or file:///DIR")
+    if m and "@" in m.group(2):
         raise Refusal("the URL carries credentials (user:password@, value not shown)", rule,
                       "serve the wheelhouse without authentication on the private network, or set credentials in "
                       "the hosts' pip configuration")
