@@ -20,6 +20,7 @@ PY_USES = {
     "yamllint": "yamllint",
     "ruff": "ruff check",
     "pytest": "import pytest",
+    "pytest-xdist": "pytest -q -n auto",   # make unit on every core
     "matplotlib": "import matplotlib",
     "ansible-builder": "ansible-builder",
 }
