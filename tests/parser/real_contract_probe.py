@@ -176,7 +176,36 @@ def router_args():
             "defaults": {k: v for k, v in vals.items() if isinstance(v, (int, float, str, bool, type(None)))}}
 
 
-PROBES = ("metrics", "metrics_single", "routes", "environ", "bench_auth", "router_args")
+# chat_template_kwargs the project's probes and tests send (thinking off), and their neighbours
+THINKING_KWARGS = (None, {}, {"thinking": False}, {"enable_thinking": False}, {"thinking": True},
+                   {"enable_thinking": True}, {"thinking": False, "enable_thinking": False})
+
+
+def thinking():
+    """Whether the real OpenAIServingChat._get_reasoning_from_request turns reasoning on, per profile parser (glm45,
+    kimi_k3) and chat_template_kwargs, on the path a server takes when the chat template gives no reasoning config
+    (template_manager.reasoning_config None: the parser's reasoning_default decides). The real detector class of
+    ReasoningParser.DetectorMap provides that default; the serving object is a namespace with the three attributes
+    the function reads."""
+    import types
+    from sglang.srt.entrypoints.openai.protocol import ChatCompletionRequest
+    from sglang.srt.entrypoints.openai.serving_chat import OpenAIServingChat
+    from sglang.srt.parser.reasoning_parser import ReasoningParser
+    out = []
+    for parser in ("glm45", "kimi_k3"):
+        detector = ReasoningParser.DetectorMap[parser]()
+        serving = types.SimpleNamespace(reasoning_parser=parser, _reasoning_detector=detector,
+                                        template_manager=types.SimpleNamespace(reasoning_config=None))
+        for kwargs in THINKING_KWARGS:
+            req = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "hi"}],
+                                        chat_template_kwargs=kwargs)
+            out.append({"parser": parser, "reasoning_default": detector.reasoning_default,
+                        "chat_template_kwargs": kwargs,
+                        "thinks": OpenAIServingChat._get_reasoning_from_request(serving, req)})
+    return out
+
+
+PROBES = ("metrics", "metrics_single", "routes", "environ", "bench_auth", "router_args", "thinking")
 
 
 def main():

@@ -24,7 +24,9 @@ Points (sglang-real-contract.md rows):
            server killed when it fails, keep-alive 5 s;
   H2       sglang-router 0.3.2 argument defaults the profiles leave to the router;
   H3/E1    bench_serving's auth header comes from OPENAI_API_KEY (real get_auth_headers) and its --flush-cache is one
-           unretried POST that raises on a 400 (why the acceptance client flushes itself).
+           unretried POST that raises on a 400 (why the acceptance client flushes itself);
+  reasoning whether a chat request thinks (real serving_chat _get_reasoning_from_request with the real glm45 /
+           kimi_k3 detectors) equals the stub's thinking_enabled for every chat_template_kwargs the probes send.
 """
 import json
 import pathlib
@@ -77,7 +79,7 @@ def contract_venvs():
 
 _CACHE = {}
 # one process per group: a single sglang import serves every probe of the group (CI time)
-GROUPS = (("metrics", "routes", "environ", "bench_auth", "router_args"), ("metrics_single",))
+GROUPS = (("metrics", "routes", "environ", "bench_auth", "router_args", "thinking"), ("metrics_single",))
 
 
 def probe(venvs, ver, what):
@@ -276,3 +278,32 @@ def test_bench_serving_flush_is_one_unretried_post(contract_venvs, ver):
         {"input_len": 4096, "output_len": 64, "hit_rate": 0.77, "groups": 3, "prompts_per_group": 20,
          "request_rate": 9, "max_concurrency": 8}), "http://r", "m", "/t", "o", "t")
     assert "--flush-cache" not in argv and argv[argv.index("--warmup-requests") + 1] == "0"
+
+
+# ------------------------------------------------------------------------------------------------ reasoning on/off
+def _stub():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("sglang_stub", ROOT / "sandbox" / "sglang_stub" / "sglang_stub.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("ver", VERSIONS)
+def test_thinking_switch_of_the_stub_is_the_real_one(contract_venvs, ver):
+    """The stub's thinking_enabled (sandbox/sglang_stub/sglang_stub.py) decides like the real serving_chat for both
+    profiles' parsers: glm45 reads enable_thinking, kimi_k3 reads thinking, each thinks unless its key is false. The
+    reboot/secrets probes and the molecule verify send {"thinking": false} to kimi_k3 to get the answer in content;
+    a version whose default or key changes fails here (the template-driven path of a real model's chat template is
+    not covered: no model files in the venv)."""
+    cases = probe(contract_venvs, ver, "thinking")
+    assert len(cases) == 14, cases
+    assert {c["parser"]: c["reasoning_default"] for c in cases} == {"glm45": "enable_thinking", "kimi_k3": "thinking"}
+    stub = _stub()
+    wrong = [c for c in cases if stub.thinking_enabled(c["parser"], {"chat_template_kwargs": c["chat_template_kwargs"]})
+             != c["thinks"]]
+    assert not wrong, "the stub decides these differently from sglang %s: %s" % (ver, wrong)
+    # the switch the project relies on, read from the real answers (not from the stub)
+    real = {(c["parser"], json.dumps(c["chat_template_kwargs"], sort_keys=True)): c["thinks"] for c in cases}
+    assert real[("kimi_k3", '{"thinking": false}')] is False and real[("kimi_k3", "null")] is True
+    assert real[("glm45", '{"enable_thinking": false}')] is False and real[("glm45", '{"thinking": false}')] is True
