@@ -205,7 +205,46 @@ def thinking():
     return out
 
 
-PROBES = ("metrics", "metrics_single", "routes", "environ", "bench_auth", "router_args", "thinking")
+def sigterm():
+    """What a worker does after SIGTERM, from the real code (why roles/sglang resets the removed units' failed state
+    and why KillMode=mixed): TokenizerManager.sigterm_watchdog run on a namespace that has received SIGTERM with no
+    request left (gracefully_exit, empty rid_to_state); the scheduler shutdown request and kill_process_tree are
+    recorded instead of sent. Then the real kill_process_tree(own pid, include_parent=True) in a forked child: how
+    that child ends (a negative signal number, as subprocess reports it)."""
+    import asyncio
+    import signal
+    import types
+    from sglang.srt.managers import tokenizer_manager as tm
+    real_kill = tm.kill_process_tree
+    saved = {n: getattr(tm, n) for n in ("kill_process_tree", "collect_scheduler_processes") if hasattr(tm, n)}
+    calls, code = [], "returned"
+    try:
+        tm.kill_process_tree = lambda pid, include_parent=False, **kw: calls.append(
+            {"kill_process_tree": "own pid" if pid == os.getpid() else pid, "include_parent": include_parent})
+        tm.collect_scheduler_processes = lambda *a, **k: []
+        state = types.SimpleNamespace(gracefully_exit=True, rid_to_state={}, server_status=None,
+                                      _subprocess_watchdog=None,
+                                      _dispatch_to_scheduler=lambda req: calls.append(type(req).__name__))
+        try:
+            asyncio.run(tm.TokenizerManager.sigterm_watchdog(state))
+        except SystemExit as e:
+            code = e.code
+    finally:
+        for n, v in saved.items():
+            setattr(tm, n, v)
+    sys.stdout.flush()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            real_kill(os.getpid(), include_parent=True)
+        finally:
+            os._exit(0)     # only reached if the process survived its own kill_process_tree
+    _, status = os.waitpid(pid, 0)
+    ended = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+    return {"calls": calls, "exit": code, "own_kill_ends_with": ended, "SIGKILL": -int(signal.SIGKILL)}
+
+
+PROBES = ("metrics", "metrics_single", "routes", "environ", "bench_auth", "router_args", "thinking", "sigterm")
 
 
 def main():

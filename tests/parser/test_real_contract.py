@@ -25,6 +25,8 @@ Points (sglang-real-contract.md rows):
   H2       sglang-router 0.3.2 argument defaults the profiles leave to the router;
   H3/E1    bench_serving's auth header comes from OPENAI_API_KEY (real get_auth_headers) and its --flush-cache is one
            unretried POST that raises on a 400 (why the acceptance client flushes itself);
+  A5       after SIGTERM with nothing left to drain the real sigterm_watchdog asks the schedulers to shut down, then
+           kill_process_tree(own pid, include_parent=True), which ends the process with SIGKILL (really run in a fork);
   reasoning whether a chat request thinks (real serving_chat _get_reasoning_from_request with the real glm45 /
            kimi_k3 detectors) equals the stub's thinking_enabled for every chat_template_kwargs the probes send.
 """
@@ -79,7 +81,7 @@ def contract_venvs():
 
 _CACHE = {}
 # one process per group: a single sglang import serves every probe of the group (CI time)
-GROUPS = (("metrics", "routes", "environ", "bench_auth", "router_args", "thinking"), ("metrics_single",))
+GROUPS = (("metrics", "routes", "environ", "bench_auth", "router_args", "thinking", "sigterm"), ("metrics_single",))
 
 
 def probe(venvs, ver, what):
@@ -307,3 +309,17 @@ def test_thinking_switch_of_the_stub_is_the_real_one(contract_venvs, ver):
     real = {(c["parser"], json.dumps(c["chat_template_kwargs"], sort_keys=True)): c["thinks"] for c in cases}
     assert real[("kimi_k3", '{"thinking": false}')] is False and real[("kimi_k3", "null")] is True
     assert real[("glm45", '{"enable_thinking": false}')] is False and real[("glm45", '{"thinking": false}')] is True
+
+
+# ------------------------------------------------------------------------------------------------ A5: SIGTERM
+@pytest.mark.parametrize("ver", VERSIONS)
+def test_sigterm_ends_in_sigkill_of_the_worker_itself(contract_venvs, ver):
+    """roles/sglang/tasks/30_units.yml resets the failed state of removed units: a worker stopped by systemd (SIGTERM
+    to the main process, KillMode=mixed) drains, then kills its own tree including itself, so systemd records it as
+    killed by SIGKILL ("failed") although the stop was asked for. The stub does the same (sandbox/sglang_stub README,
+    A5); this is the real sequence: shutdown request to the schedulers, then the tree kill of its own pid with the
+    parent included, and that call ends a process with SIGKILL."""
+    out = probe(contract_venvs, ver, "sigterm")
+    assert out["calls"] == ["ShutdownReq", {"kill_process_tree": "own pid", "include_parent": True}], out
+    assert out["exit"] == 0, out                       # sys.exit(0) after it (never reached on a real worker)
+    assert out["own_kill_ends_with"] == out["SIGKILL"] == -9, out
