@@ -48,7 +48,7 @@ lint: venv  ## ruff (every Python file, ruff.toml), yamllint, ansible-lint (prod
 sanity: venv  ## ansible-test sanity on the collection (first run installs the tools, ~3 min; then ~35-65 s)
 	tools/sanity.sh
 
-unit: venv  ## on every core (pytest-xdist -n auto): ~220 s on one core, ~150 s on two
+unit: venv  ## on every core (pytest-xdist -n auto): ~220 s on one core, ~90 s on two idle ones
 	pytest -q -n auto tests/unit
 
 parser: venv  ## the REAL sglang 0.5.17/0.5.18 parsers (CPU venvs cached in .cache/sglang-argcheck) on both profiles

@@ -24,8 +24,7 @@ import time
 import pytest
 import yaml
 
-from test_sglang_deploy import INVENTORY, ROOT, VENV_BIN, _env, on_host
-from test_sglang_deploy import deploy as _deploy
+from test_sglang_deploy import INVENTORY, ROOT, VENV_BIN, _env, on_host, deploy as _deploy
 
 pytestmark = [pytest.mark.integration, pytest.mark.sandbox]
 LATEST = ROOT / "artifacts" / "acceptance" / "latest"

@@ -32,8 +32,8 @@ def _env():
     return env
 
 
-def deploy(profile, *extra, playbook=None):
-    cmd = [str(VENV_BIN / "ansible-playbook"), "-i", str(INVENTORY), playbook or PLAYBOOK, "-l", "b300a,b300b",
+def deploy(profile, *extra, playbook=PLAYBOOK):
+    cmd = [str(VENV_BIN / "ansible-playbook"), "-i", str(INVENTORY), playbook, "-l", "b300a,b300b",
            "-e", "sglang_profile=%s" % profile, *extra]
     proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=1500, check=False)
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]

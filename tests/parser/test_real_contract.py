@@ -44,8 +44,10 @@ import yaml
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "collections" / "ansible_collections" / "b300" / "rollout"
                        / "plugins" / "module_utils"))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "roles" / "acceptance" / "files"))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "sandbox" / "sglang_stub"))
 import sglang_metrics
 import acceptance_client
+import sglang_stub
 from ansible_collections.b300.rollout.plugins.module_utils import acceptance
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -283,14 +285,6 @@ def test_bench_serving_flush_is_one_unretried_post(contract_venvs, ver):
 
 
 # ------------------------------------------------------------------------------------------------ reasoning on/off
-def _stub():
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("sglang_stub", ROOT / "sandbox" / "sglang_stub" / "sglang_stub.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 @pytest.mark.parametrize("ver", VERSIONS)
 def test_thinking_switch_of_the_stub_is_the_real_one(contract_venvs, ver):
     """The stub's thinking_enabled (sandbox/sglang_stub/sglang_stub.py) decides like the real serving_chat for both
@@ -301,8 +295,7 @@ def test_thinking_switch_of_the_stub_is_the_real_one(contract_venvs, ver):
     cases = probe(contract_venvs, ver, "thinking")
     assert len(cases) == 14, cases
     assert {c["parser"]: c["reasoning_default"] for c in cases} == {"glm45": "enable_thinking", "kimi_k3": "thinking"}
-    stub = _stub()
-    wrong = [c for c in cases if stub.thinking_enabled(c["parser"], {"chat_template_kwargs": c["chat_template_kwargs"]})
+    wrong = [c for c in cases if sglang_stub.thinking_enabled(c["parser"], {"chat_template_kwargs": c["chat_template_kwargs"]})
              != c["thinks"]]
     assert not wrong, "the stub decides these differently from sglang %s: %s" % (ver, wrong)
     # the switch the project relies on, read from the real answers (not from the stub)
