@@ -120,6 +120,11 @@ for u in apt-daily.timer apt-daily-upgrade.timer e2scrub_all.timer fstrim.timer 
          systemd-udevd-kernel.socket; do
   ln -sf /dev/null "$rootfs/etc/systemd/system/$u"
 done
+# The distro's haproxy.service (package haproxy, for the router's front) runs /etc/haproxy/haproxy.cfg with a root
+# master; roles/sglang runs its own unit (sglang-router-front.service) and disables the distro one on real hosts
+# (sglang_router_front_disable_distro_unit). Not enabled in the image: in a container it fails at boot
+# (BindReadOnlyPaths=/dev/log) and would leave every host 'degraded' before any role ran.
+rm -f "$rootfs/etc/systemd/system/multi-user.target.wants/haproxy.service"
 # Package indexes are useless without a route out; the sandbox gets packages from the controller (wheelhouse).
 rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/*.bin "$rootfs"/var/cache/apt/archives/*.deb
 echo "b300-sandbox $want" >"$rootfs/etc/b300-sandbox-image"
