@@ -26,11 +26,11 @@
 #
 # Environment: CONTAINERS_CONF (default sandbox/containers.conf), SANDBOX_IMAGE, SANDBOX_MAX_HOSTS (32).
 set -euo pipefail
-# Callers hold /tmp/b300-sandbox-use.lock with flock(1). A daemon that podman starts from here (aardvark-dns for the
+# Callers hold /tmp/b300-sandbox-use.lock (or /tmp/b300-integration.lock, the developers' lock) with flock(1). A daemon that podman starts from here (aardvark-dns for the
 # network, conmon) would inherit the lock's file descriptor and keep the sandbox locked for everyone long after the
 # caller finished: close it here (the flock process itself keeps the lock while this script runs).
 for _fd in /proc/$$/fd/*; do
-  case "$(readlink "$_fd" 2>/dev/null)" in */b300-sandbox-use.lock) eval "exec ${_fd##*/}>&-" ;; esac
+  case "$(readlink "$_fd" 2>/dev/null)" in */b300-sandbox-use.lock|*/b300-integration.lock) eval "exec ${_fd##*/}>&-" ;; esac
 done
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
