@@ -1,4 +1,4 @@
-"""Run library/gpu_topology_facts.py and library/rdma_nic_facts.py the way Ansible does (ad-hoc `ansible localhost -m`)
+"""Run the modules gpu_topology_facts and rdma_nic_facts (plugins/modules/) the way Ansible does (ad-hoc `ansible localhost -m`)
 with fake tools that cat the REAL H200 captures (or SYNTHESIZED outputs), and check the returned JSON."""
 import json
 import os

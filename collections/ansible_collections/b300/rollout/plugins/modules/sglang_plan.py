@@ -16,16 +16,7 @@ description:
   - Returns one entry per instance (host, role, GPUs, ports, RDMA devices, argv, env, unit and env file names), the
     router argv and every validation error. Fails when there is any error, unless O(fail_on_errors=false).
 version_added: "1.0.0"
-author: b300-rollout maintainers (@b300-rollout)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
+extends_documentation_fragment: [ansible.builtin.action_common_attributes, b300.rollout.common]
 options:
   profile:
     description: Profile data (the YAML file as a dict, C(name) must be set).
