@@ -191,8 +191,8 @@ def plays(path):
 
 
 def task_lists(node):
-    """Every task of a play or block, blocks included, depth first."""
-    for key in ("pre_tasks", "tasks", "post_tasks", "handlers", "block", "rescue", "always"):
+    """Every task of a play or block, blocks and loaded task files included, depth first."""
+    for key in ("pre_tasks", "tasks", "post_tasks", "handlers", "block", "rescue", "always", "_included_tasks"):
         for task in node.get(key) or []:
             if isinstance(task, dict):
                 yield task
@@ -263,7 +263,23 @@ def test_no_playbook_copies_a_role_default():
         + "\n".join(copies)
 
 
-def out_of_scope_reads(play, own):
+def with_included(node, base):
+    """node with the task files it includes or imports (include_tasks / import_tasks, relative to base) loaded in
+    place, transitively: what the play's tasks read includes what those files read."""
+    if isinstance(node, list):
+        return [with_included(v, base) for v in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: with_included(v, base) for k, v in node.items()}
+    for key in ("ansible.builtin.include_tasks", "ansible.builtin.import_tasks"):
+        inc = node.get(key)
+        if isinstance(inc, str) and (base / inc).is_file():
+            out["_included_tasks"] = with_included(yaml.safe_load((base / inc).read_text()), (base / inc).parent)
+    return out
+
+
+def out_of_scope_reads(play, own, base=ROOT / "playbooks"):
+    play = with_included(play, base)
     scope = roles_in_scope(play)
     bad = set()
     for expr in jinja_reads({k: v for k, v in play.items() if k != "name"}):

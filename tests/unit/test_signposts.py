@@ -317,19 +317,34 @@ def own_variables(text):
 MAGIC = {"inventory_dir", "groups", "hostvars", "ansible_host"}
 
 
+def with_task_files(path, seen=None):
+    """The playbook and every task file it includes or imports, transitively (paths relative to the includer)."""
+    seen = seen if seen is not None else []
+    if path in seen or not path.is_file():
+        return seen
+    seen.append(path)
+    for inc in re.findall(r"(?:include|import)_tasks:\s*([\w./-]+\.yml)", path.read_text()):
+        with_task_files(path.parent / inc, seen)
+    return seen
+
+
 @pytest.mark.parametrize("path", sorted((ROOT / "playbooks").glob("*.yml")), ids=lambda p: p.name)
 def test_a_playbook_documents_its_own_variables_in_its_head(path):
     """A playbook's own knobs (-e or inventory; not role defaults: tests/unit/test_one_place.py refuses those) are
-    documented in its head comment, with the files it includes (playbooks/tasks/)."""
-    text = path.read_text()
-    for inc in re.findall(r"include_tasks:\s*(tasks/[\w.]+\.yml)", text):
-        text += "\n" + (ROOT / "playbooks" / inc).read_text()
+    documented in its head comment, also those its task files (playbooks/tasks/) read."""
+    files = with_task_files(path)
+    text = "\n".join(f.read_text() for f in files)
     head = "\n".join(line for line in path.read_text().splitlines() if line.startswith("#"))
     registered = set()
-    for f in [path] + [ROOT / "playbooks" / i for i in re.findall(r"include_tasks:\s*(tasks/[\w.]+\.yml)", path.read_text())]:
+    for f in files:
         _walk(yaml.safe_load(f.read_text()), registered)
     undocumented = sorted(v for v in own_variables(text) - registered - MAGIC if not re.search(r"\b%s\b" % v, head))
     assert not undocumented, "%s: document these in the playbook's head comment: %s" % (path.name, undocumented)
+
+
+def test_task_files_are_followed():
+    names = [p.name for p in with_task_files(ROOT / "playbooks" / "triage.yml")]
+    assert {"triage_read.yml", "triage_history.yml", "triage_judge.yml"} <= set(names), names
 
 
 def test_the_readme_layout_names_every_role_and_no_other():
