@@ -1,4 +1,4 @@
-"""Run library/gpu_topology_facts.py and library/rdma_nic_facts.py the way Ansible does (ad-hoc `ansible localhost -m`)
+"""Run the modules gpu_topology_facts and rdma_nic_facts (plugins/modules/) the way Ansible does (ad-hoc `ansible localhost -m`)
 with fake tools that cat the REAL H200 captures (or SYNTHESIZED outputs), and check the returned JSON."""
 import json
 import os
@@ -235,8 +235,7 @@ def run_roles(tmp_path, scenario, extra_vars=None):
     play = tmp_path / "play.yml"
     play.write_text(
         "- hosts: localhost\n  gather_facts: false\n"
-        "  module_defaults:\n    group/b300.rollout.hw: '{{ hw_module_defaults }}'\n"
-        "  roles: [hw_facts, gpu_health_gate]\n"
+        "  roles: [b300_defaults, hw_facts, gpu_health_gate]\n"
         "  post_tasks:\n    - ansible.builtin.copy:\n        content: '{{ ansible_facts.rdma_nics | to_json }}'\n"
         "        dest: %s/rdma.json\n      delegate_to: localhost\n" % tmp_path)
     ev = dict({"hw_module_defaults": {"bin_path": [str(_hwemu_bin(tmp_path, synth_dir))],

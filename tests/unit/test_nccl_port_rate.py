@@ -29,6 +29,7 @@ def _run(tmp_path, devices, data_nics, expected=None):
     pb.write_text("""
 - hosts: localhost
   gather_facts: false
+  roles: [b300_defaults]   # the shared settings every play loads (docs/CONTRACTS.md "Settings: one home")
   tasks:
     - fake_facts:
         facts: "{{ facts_in }}"

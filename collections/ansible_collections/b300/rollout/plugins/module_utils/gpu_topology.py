@@ -3,7 +3,7 @@
 
 Plain stdlib functions, no Ansible imports, so they run on any target host and in pytest.
 
-Inputs (each tool is run once by library/gpu_topology_facts.py):
+Inputs (each tool is run once by plugins/modules/gpu_topology_facts.py):
   * ``nvidia-smi -q -x``   -> :func:`parse_smi_xml`
   * ``nvidia-smi topo -m`` -> :func:`parse_topo`
   * ``nvidia-smi nvlink -s`` -> :func:`parse_nvlink_status`

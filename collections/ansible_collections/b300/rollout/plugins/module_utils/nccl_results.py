@@ -2,7 +2,7 @@
 """Parse nccl-tests 2.19.x ``all_reduce_perf`` output and classify repeated runs.
 
 Pure stdlib functions (no Ansible import) so that they run on hosts that only have python3 and in
-pytest. Used by ``library/nccl_tests_result.py``.
+pytest. Used by ``plugins/modules/nccl_tests_result.py``.
 
 Formats (checked against real 2.19.6 captures from 1xH200 and 2xH200 and the 2.19.6 sources):
 

@@ -7,7 +7,7 @@ Input (all plain data; see build_plan):
               "gpu_topology": {...} | None, "rdma_nics": {...} | None,     # CONTRACTS.md fact schemas
               "instance_overrides": {"P0": {"gpus": [...], "ib_devices": [...], "port": N, "nccl_port": N,
                                             "bootstrap_port": N, "args": {...}, "env": {...}}}}]
-  settings  {"sglang_version", "router_version", "model_root", "executable", "bind_host", "router_bind_host",
+  settings  {"sglang_version", "sglang_versions": {profile: version}, "router_version", "model_root", "executable", "bind_host", "router_bind_host",
              "prometheus_host", "known_combinations": [{"sglang","router"}], "api_key_enabled": bool,
              "timeouts": {"name": seconds}, "unit_prefix": "sglang", "env_dir": "/etc/sglang",
              "extra_args": {...}, "extra_env": {...},
@@ -211,12 +211,25 @@ def _role_hosts(role_name, role, hosts_by_name):
     return [h for h in hosts_by_name.values() if group in (h.get("groups") or [])]
 
 
+def resolve_versions(profile, settings):
+    """(sglang version, sglang-router version) a plan deploys, as strings ('' when none is given anywhere).
+
+    The ONE place the version is chosen (tools and tasks ask the plan, never repeat this): the run's own
+    settings["sglang_version"] (roles/sglang sglang_version, e.g. -e), else the site's choice for this profile
+    settings["sglang_versions"][<profile name>] (inventory, kept after a version change so re-runs deploy it), else the
+    profile's pin (roles/sglang/files/profiles/<name>.yml sglang_version). The router: settings["router_version"], else
+    the profile's router_version."""
+    per_profile = settings.get("sglang_versions") or {}
+    version = settings.get("sglang_version") or per_profile.get(profile.get("name")) or profile.get("sglang_version")
+    router_version = settings.get("router_version") or profile.get("router_version")
+    return str(version or ""), str(router_version or "")
+
+
 def _check_versions(profile, settings, catalogs, pname, errors):
     """Pinned X.Y.Z versions, their option catalogs and a known sglang+router combination.
 
     Returns (version, router_version, server_catalog, router_catalog)."""
-    version = str(settings.get("sglang_version") or profile.get("sglang_version") or "")
-    router_version = str(settings.get("router_version") or profile.get("router_version") or "")
+    version, router_version = resolve_versions(profile, settings)
     if not VERSION_RE.match(version):
         errors.append("profile %s: sglang version %r is not pinned; expected an exact X.Y.Z such as %s" % (pname, version, profile.get("sglang_version")))
     if not VERSION_RE.match(router_version):

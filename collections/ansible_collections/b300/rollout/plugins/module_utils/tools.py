@@ -18,6 +18,12 @@ from ansible_collections.b300.rollout.plugins.module_utils.rdma_nic import build
 from ansible_collections.b300.rollout.plugins.module_utils.fw_matrix import parse_driver_version
 
 
+def hw_argument_spec():
+    """bin_path / sysfs_root, the options of every module of the action group hw (meta/runtime.yml), documented by
+    the doc fragment b300.rollout.hw; a fresh dict per call (AnsibleModule may change it)."""
+    return dict(bin_path=dict(type="list", elements="path", default=[]), sysfs_root=dict(type="path", default="/sys"))
+
+
 class ToolError(Exception):
     """A tool is missing, exited non-zero, or printed something unreadable. rc is the exit status when there was one."""
 

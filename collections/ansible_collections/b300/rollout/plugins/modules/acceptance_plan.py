@@ -14,16 +14,7 @@ description:
     C(--flush-cache) because the client flushes every worker itself, with retries).
   - Pure computation; logic in module_utils/acceptance.py. Supports check mode.
 version_added: "1.0.0"
-author: b300-rollout maintainers (@b300-rollout)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
+extends_documentation_fragment: [ansible.builtin.action_common_attributes, b300.rollout.common]
 options:
   plan:
     description: The C(sglang_plan) registered by roles/sglang tasks/12_preflight_plan.yml.

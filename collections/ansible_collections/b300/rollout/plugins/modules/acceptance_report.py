@@ -13,16 +13,10 @@ description:
     writes report.json, report.md, acceptance.prom and PNG plots (matplotlib when importable) into O(run_dir) and
     points O(latest) at it. Verdicts and rules in module_utils/acceptance.py.
 version_added: "1.0.0"
-author: b300-rollout maintainers (@b300-rollout)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
+extends_documentation_fragment: [ansible.builtin.action_common_attributes, b300.rollout.common]
 attributes:
   check_mode:
     support: none
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
 options:
   run_dir:
     description: Run directory on the controller (C(artifacts/acceptance/<UTC>)).

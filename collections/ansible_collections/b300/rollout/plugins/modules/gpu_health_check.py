@@ -14,17 +14,8 @@ description:
   - Each check has a policy; V(fail) problems fail the task (one line per problem in C(msg)),
     V(warn) problems become warnings, V(ignore) drops the check.
   - Read-only; runs in check mode too.
-version_added: "0.1.0"
-author: b300-rollout maintainers (@b300-rollout)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
+version_added: "1.0.0"
+extends_documentation_fragment: [ansible.builtin.action_common_attributes, b300.rollout.common]
 options:
   gpu_topology:
     description: The C(ansible_facts.gpu_topology) dict of the host.

@@ -20,18 +20,10 @@ description:
     checked against sysfs (common PCIe ancestor, else NUMA node); on disagreement sysfs wins in
     C(topology.gpu_nic) and the case is listed in C(affinity_disagreements).
   - Read-only; runs in check mode too.
-version_added: "0.1.0"
-author: b300-rollout maintainers (@b300-rollout)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-  - ansible.builtin.action_common_attributes.facts
+  - Tools looked up in O(bin_path) before C(PATH) - nvidia-smi.
+version_added: "1.0.0"
+extends_documentation_fragment: [ansible.builtin.action_common_attributes, b300.rollout.common, ansible.builtin.action_common_attributes.facts, b300.rollout.hw]
 attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
   facts:
     support: full
     details: Returns C(ansible_facts.gpu_topology).
@@ -39,15 +31,6 @@ options:
   nvidia_smi_path:
     description: Path of nvidia-smi. Default is to search O(bin_path) first, then PATH.
     type: path
-  bin_path:
-    description: Directories searched for nvidia-smi before PATH (the C(hw_bin_path) inventory variable).
-    type: list
-    elements: path
-    default: []
-  sysfs_root:
-    description: Root of the sysfs tree (the C(hw_sysfs_root) inventory variable).
-    type: path
-    default: /sys
   return_raw:
     description: Also return the raw tool outputs under C(raw) (used to record evidence).
     type: bool
@@ -103,15 +86,14 @@ raw:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.b300.rollout.plugins.module_utils.tools import ToolError, gather_gpu_topology
+from ansible_collections.b300.rollout.plugins.module_utils.tools import gather_gpu_topology, hw_argument_spec, ToolError
 
 
 def main():
     module = AnsibleModule(
         argument_spec=dict(
+            hw_argument_spec(),
             nvidia_smi_path=dict(type="path"),
-            bin_path=dict(type="list", elements="path", default=[]),
-            sysfs_root=dict(type="path", default="/sys"),
             return_raw=dict(type="bool", default=False),
         ),
         supports_check_mode=True,

@@ -18,18 +18,12 @@ description:
     (C(../shared/reference/oncall-triage-anchors.md) R12).
   - Reads only. When the directory or samples in the window are missing the result says so (RV(available) false,
     RV(reason)); the module does not fail for that, so a triage can go on with its other checks.
-version_added: "0.1.0"
-author: b300-rollout maintainers (@b300-rollout)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
+version_added: "1.0.0"
+extends_documentation_fragment: [ansible.builtin.action_common_attributes, b300.rollout.common]
 attributes:
   check_mode:
     support: full
     details: Reads files only; the same result in check mode.
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
 options:
   since:
     description:

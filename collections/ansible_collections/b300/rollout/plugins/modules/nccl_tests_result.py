@@ -19,16 +19,7 @@ description:
   - Without O(repeats) it only selects the threshold for O(gpu_name)/O(gpu_count)/O(nodes) (used by preflight).
   - Read-only; supports check mode.
 version_added: "1.0.0"
-author: b300-rollout maintainers (@b300-rollout)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
+extends_documentation_fragment: [ansible.builtin.action_common_attributes, b300.rollout.common]
 options:
   repeats:
     description:

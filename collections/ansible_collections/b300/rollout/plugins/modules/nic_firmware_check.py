@@ -23,19 +23,13 @@ description:
   - Pure decision logic lives in C(module_utils/fw_matrix.py); gathering uses the same C(module_utils/tools.py)
     runner and builders as M(b300.rollout.rdma_nic_facts) and M(b300.rollout.gpu_topology_facts). The module never
     touches the NICs, never flashes firmware, writes no file and always reports C(changed=false).
+  - Tools looked up in O(bin_path) before C(PATH) - ofed_info, mlxfwmanager and nvidia-smi (gather mode).
 version_added: "1.0.0"
-author: b300-rollout maintainers (@b300-rollout)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-  - ansible.builtin.action_common_attributes.facts
+extends_documentation_fragment: [ansible.builtin.action_common_attributes, b300.rollout.common, ansible.builtin.action_common_attributes.facts, b300.rollout.hw]
 attributes:
   check_mode:
     support: full
     details: Never changes anything; gather mode only reads the host.
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
   facts:
     support: partial
     details: Only gather mode with O(as_facts=true) returns C(ansible_facts).
@@ -85,15 +79,6 @@ options:
     elements: str
     choices: [rdma_nics, gpu_topology]
     default: []
-  bin_path:
-    description: Gather mode - directories searched for ofed_info, mlxfwmanager and nvidia-smi before PATH (C(hw_bin_path)).
-    type: list
-    elements: path
-    default: []
-  sysfs_root:
-    description: Gather mode - root of the sysfs tree (C(hw_sysfs_root)).
-    type: path
-    default: /sys
   ofed_info:
     description:
       - Gather mode - V(always) runs C(ofed_info -s) like M(b300.rollout.rdma_nic_facts). V(auto) runs it only when the
@@ -218,7 +203,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.b300.rollout.plugins.module_utils.fw_matrix import (MatrixError, audit_fleet, check_host, device_message,
                                                                              host_messages, load_matrix_doc, merge_rows,
                                                                              normalise_policy)
-from ansible_collections.b300.rollout.plugins.module_utils.tools import ToolError, gather_gpu_topology, gather_rdma_nics
+from ansible_collections.b300.rollout.plugins.module_utils.tools import gather_gpu_topology, gather_rdma_nics, hw_argument_spec, ToolError
 
 try:
     import yaml
@@ -254,6 +239,7 @@ def gather(module):
 def main():
     module = AnsibleModule(
         argument_spec=dict(
+            hw_argument_spec(),
             rdma_nics=dict(type="dict"),
             host=dict(type="str", default="localhost"),
             hosts=dict(type="dict"),
@@ -263,8 +249,6 @@ def main():
             policy=dict(type="dict", default={}),
             enforce=dict(type="bool", default=False),
             gather=dict(type="list", elements="str", choices=["rdma_nics", "gpu_topology"], default=[]),
-            bin_path=dict(type="list", elements="path", default=[]),
-            sysfs_root=dict(type="path", default="/sys"),
             read_topo=dict(type="bool", default=True),
             ofed_info=dict(type="str", choices=["always", "auto"], default="always"),
             fabric_manager_devices=dict(type="list", elements="str", default=[]),

@@ -15,31 +15,14 @@ description:
     fabric-manager ConnectX-7 of an HGX B300 the role C(fabric_manager) and, on a host with ConnectX-8/9, every
     other model (BlueField-3 north-south DPUs, older ConnectX) the role C(frontend); neither is ever usable for data.
   - Read-only; runs in check mode too.
-version_added: "0.1.0"
-author: b300-rollout maintainers (@b300-rollout)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-  - ansible.builtin.action_common_attributes.facts
+  - Tools looked up in O(bin_path) before C(PATH) - ofed_info and mlxfwmanager.
+version_added: "1.0.0"
+extends_documentation_fragment: [ansible.builtin.action_common_attributes, b300.rollout.common, ansible.builtin.action_common_attributes.facts, b300.rollout.hw]
 attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
   facts:
     support: full
     details: Returns C(ansible_facts.rdma_nics).
 options:
-  bin_path:
-    description: Directories searched for ofed_info and mlxfwmanager before PATH (the C(hw_bin_path) inventory variable).
-    type: list
-    elements: path
-    default: []
-  sysfs_root:
-    description: Root of the sysfs tree (the C(hw_sysfs_root) inventory variable).
-    type: path
-    default: /sys
   run_mlxfwmanager:
     description:
       - Run C(mlxfwmanager --query) to learn pending and available firmware.
@@ -90,14 +73,13 @@ ansible_facts:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.b300.rollout.plugins.module_utils.tools import ToolError, gather_rdma_nics
+from ansible_collections.b300.rollout.plugins.module_utils.tools import gather_rdma_nics, hw_argument_spec, ToolError
 
 
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            bin_path=dict(type="list", elements="path", default=[]),
-            sysfs_root=dict(type="path", default="/sys"),
+            hw_argument_spec(),
             run_mlxfwmanager=dict(type="bool"),
             mlxfwmanager_path=dict(type="path"),
             ofed_info_path=dict(type="path"),

@@ -19,16 +19,7 @@ description:
   - Each problem names the host, the variable, what was found, the rule and the fix. A secret's value is never in a
     message (only its length and the position and class of an offending character).
 version_added: "1.0.0"
-author: b300-rollout maintainers (@b300-rollout)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
+extends_documentation_fragment: [ansible.builtin.action_common_attributes, b300.rollout.common]
 options:
   host:
     description: Inventory name of the host whose values these are (prefix of every message).

@@ -16,16 +16,7 @@ description:
   - Returns one entry per instance (host, role, GPUs, ports, RDMA devices, argv, env, unit and env file names), the
     router argv and every validation error. Fails when there is any error, unless O(fail_on_errors=false).
 version_added: "1.0.0"
-author: b300-rollout maintainers (@b300-rollout)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
+extends_documentation_fragment: [ansible.builtin.action_common_attributes, b300.rollout.common]
 options:
   profile:
     description: Profile data (the YAML file as a dict, C(name) must be set).
@@ -44,7 +35,8 @@ options:
     required: true
   settings:
     description:
-      - C(sglang_version), C(router_version), C(model_root), C(executable), C(router_python), C(bind_host),
+      - C(sglang_version), C(sglang_versions) (version per profile name; the plan picks C(sglang_version), else this
+        profile's entry, else the profile's pin), C(router_version), C(model_root), C(executable), C(router_python), C(bind_host),
         C(router_bind_host), C(prometheus_host), C(known_combinations), C(api_key_enabled), C(timeouts),
         C(unit_prefix), C(env_dir), C(extra_args), C(extra_env), C(router_flag_sets) (the shared router flag sets,
         roles/sglang/files/router_flag_sets.yml), C(router_flag_set) (the set to use, merged with the profile's own
@@ -76,7 +68,7 @@ EXAMPLES = r"""
       router_version: "0.3.2"
       model_root: /models
     server_options_dir: "{{ role_path }}/files/options"
-    router_options_dir: "{{ role_path }}/../sglang_router/files/options"
+    router_options_dir: "{{ role_path }}/files/options"
   delegate_to: localhost
   run_once: true
   register: sglang_plan

@@ -15,18 +15,12 @@ description:
   - With O(sampler=dmon) the soak samples with C(nvidia-smi dmon -s <dmon_groups> -o DT -d <seconds>) instead of the
     query CSV; the probe then also runs C(nvidia-smi dmon -c 1) once to check that dmon prints GPU rows.
   - Returns the plan that C(thermal_soak_runner.py) executes. Reads only; safe in check mode.
-version_added: "0.1.0"
-author: b300-rollout maintainers (@b300-rollout)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
+version_added: "1.0.0"
+extends_documentation_fragment: [ansible.builtin.action_common_attributes, b300.rollout.common]
 attributes:
   check_mode:
     support: full
     details: Only reads the host (tools found, GPUs, loader candidates); it starts nothing.
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
 options:
   bin_path:
     description: Directories searched before PATH for C(nvidia-smi) and the gpu-burn tool (C(hw_bin_path)).

@@ -15,18 +15,12 @@ description:
   - A host is C(error) when the loader was missing or failed, nothing was sampled, or a GPU never reached load;
     C(hot) when a GPU exceeded O(ceiling_c); C(throttled) when counted clock-event reasons were active in more than
     O(throttle_max_fraction) of loaded samples or the SM clock fell more than O(clock_drop_max_pct) under load.
-version_added: "0.1.0"
-author: b300-rollout maintainers (@b300-rollout)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
+version_added: "1.0.0"
+extends_documentation_fragment: [ansible.builtin.action_common_attributes, b300.rollout.common]
 attributes:
   check_mode:
     support: full
     details: In check mode leftover load processes are listed but not killed.
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
 options:
   out_dir:
     description: Directory of the runner's output on the host.

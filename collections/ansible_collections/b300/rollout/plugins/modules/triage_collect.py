@@ -20,29 +20,14 @@ description:
     judge their growth during the triage.
   - The verdicts are made on the controller by M(b300.rollout.triage_report); rules and their sources are in
     C(module_utils/triage_verdict.py).
+  - Tools looked up in O(bin_path) before C(PATH) - journalctl, dmesg, devlink, lspci, setpci, lsmod, nvidia-smi, mlxfwmanager, ofed_info.
 version_added: "1.1.0"
-author: b300-rollout maintainers (@b300-rollout)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
+extends_documentation_fragment: [ansible.builtin.action_common_attributes, b300.rollout.common, b300.rollout.hw]
 attributes:
   check_mode:
     support: full
     details: Only reads; the same in check mode.
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
 options:
-  bin_path:
-    description: Directories searched for the tools (journalctl, dmesg, devlink, lspci, setpci, lsmod, nvidia-smi,
-      mlxfwmanager, ofed_info) before PATH (the C(hw_bin_path) inventory variable).
-    type: list
-    elements: path
-    default: []
-  sysfs_root:
-    description: Root of the sysfs tree (the C(hw_sysfs_root) inventory variable).
-    type: path
-    default: /sys
   proc_root:
     description: Root of procfs, for C(cmdline) (IOMMU) and C(modules) (when C(lsmod) is missing).
     type: path
@@ -97,15 +82,14 @@ collection:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.b300.rollout.plugins.module_utils.tools import ToolError
+from ansible_collections.b300.rollout.plugins.module_utils.tools import hw_argument_spec, ToolError
 from ansible_collections.b300.rollout.plugins.module_utils.triage_collect import collect
 
 
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            bin_path=dict(type="list", elements="path", default=[]),
-            sysfs_root=dict(type="path", default="/sys"),
+            hw_argument_spec(),
             proc_root=dict(type="path", default="/proc"),
             since=dict(type="str", default="2h"),
             delta_window_s=dict(type="float", default=10.0),

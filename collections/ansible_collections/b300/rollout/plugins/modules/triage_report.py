@@ -17,17 +17,11 @@ description:
   - The firmware/driver verdict is the one the preflight gate computes (C(module_utils/fw_matrix.py)).
   - Writes nothing; the playbook writes the files.
 version_added: "1.1.0"
-author: b300-rollout maintainers (@b300-rollout)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
+extends_documentation_fragment: [ansible.builtin.action_common_attributes, b300.rollout.common]
 attributes:
   check_mode:
     support: full
     details: Pure computation.
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
 options:
   hosts:
     description: Mapping host -> the registered result of M(b300.rollout.triage_collect).

@@ -18,18 +18,13 @@ description:
   - This is the only part of the triage that loads the node; the playbook runs it only with C(--traffic) and never
     on a node with active serving units unless forced. It writes no file on the host (the perftest server, run in a
     thread, and its client exchange data over loopback).
+  - Tools looked up in O(bin_path) before C(PATH) - ib_write_bw, all_reduce_perf and timeout.
 version_added: "1.1.0"
-author: b300-rollout maintainers (@b300-rollout)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
+extends_documentation_fragment: [ansible.builtin.action_common_attributes, b300.rollout.common, b300.rollout.hw]
 attributes:
   check_mode:
     support: full
     details: In check mode nothing is run and C(skipped) is returned.
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
 options:
   nics:
     description: The NICs to test, each C({name, gpu}) (C(gpu) the nearest GPU for C(--use_cuda); null runs host memory).
@@ -63,15 +58,6 @@ options:
   all_reduce_perf:
     description: Path of C(all_reduce_perf); default is to search O(bin_path), then PATH.
     type: path
-  bin_path:
-    description: Directories searched for C(ib_write_bw), C(all_reduce_perf) and C(timeout) before PATH.
-    type: list
-    elements: path
-    default: []
-  sysfs_root:
-    description: Root of the sysfs tree (the C(hw_sysfs_root) inventory variable).
-    type: path
-    default: /sys
   loopback:
     description: Run the GPUDirect loopback when C(ib_write_bw) is present.
     type: bool
@@ -106,7 +92,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.b300.rollout.plugins.module_utils import nccl_results
-from ansible_collections.b300.rollout.plugins.module_utils.tools import find_tool
+from ansible_collections.b300.rollout.plugins.module_utils.tools import find_tool, hw_argument_spec
 from ansible_collections.b300.rollout.plugins.module_utils.triage_counters import read_ports
 from ansible_collections.b300.rollout.plugins.module_utils.triage_traffic import parse_nccl_warns, parse_perftest, \
     perftest_gbps
@@ -161,6 +147,7 @@ def nccl_one_nic(module, arp, timeout_cmd, nic, p):
 def main():
     module = AnsibleModule(
         argument_spec=dict(
+            hw_argument_spec(),
             nics=dict(type="list", elements="dict", required=True),
             gpus=dict(type="int", default=8),
             repeats=dict(type="int", default=3),
@@ -169,8 +156,6 @@ def main():
             max_bytes=dict(type="str", default="1G"),
             nccl_env=dict(type="dict", default={}),
             all_reduce_perf=dict(type="path"),
-            bin_path=dict(type="list", elements="path", default=[]),
-            sysfs_root=dict(type="path", default="/sys"),
             loopback=dict(type="bool", default=True),
         ),
         supports_check_mode=True,

@@ -20,18 +20,12 @@ description:
     RV(ignored).
   - Writing the record is bookkeeping, not a change of the wheelhouse; the module never reports C(changed). The
     logic lives in C(module_utils/wheelhouse.py).
-version_added: "0.1.0"
-author: b300-rollout maintainers (@b300-rollout)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
+version_added: "1.0.0"
+extends_documentation_fragment: [ansible.builtin.action_common_attributes, b300.rollout.common]
 attributes:
   check_mode:
     support: full
     details: In check mode the record is not written (files whose record is out of date are hashed every time).
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
 options:
   path:
     description: The wheelhouse directory. A missing directory is an empty wheelhouse (RV(exists) false).
