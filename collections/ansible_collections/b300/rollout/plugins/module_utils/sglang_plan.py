@@ -7,7 +7,7 @@ Input (all plain data; see build_plan):
               "gpu_topology": {...} | None, "rdma_nics": {...} | None,     # CONTRACTS.md fact schemas
               "instance_overrides": {"P0": {"gpus": [...], "ib_devices": [...], "port": N, "nccl_port": N,
                                             "bootstrap_port": N, "args": {...}, "env": {...}}}}]
-  settings  {"sglang_version", "router_version", "model_root", "executable", "bind_host", "router_bind_host",
+  settings  {"sglang_version", "sglang_versions": {profile: version}, "router_version", "model_root", "executable", "bind_host", "router_bind_host",
              "prometheus_host", "known_combinations": [{"sglang","router"}], "api_key_enabled": bool,
              "timeouts": {"name": seconds}, "unit_prefix": "sglang", "env_dir": "/etc/sglang",
              "extra_args": {...}, "extra_env": {...},
@@ -211,12 +211,22 @@ def _role_hosts(role_name, role, hosts_by_name):
     return [h for h in hosts_by_name.values() if group in (h.get("groups") or [])]
 
 
+def choose_versions(profile, settings):
+    """The one place the versions are chosen: (sglang, sglang-router). The run's sglang_version (e.g. -e) wins, then
+    the inventory's pin for this profile (sglang_versions: {profile: version}, so that every run deploys the same
+    version), then the profile's own pin; the router: sglang_router_version, else the profile's."""
+    pname = profile.get("name") or ""
+    version = (settings.get("sglang_version") or (settings.get("sglang_versions") or {}).get(pname)
+               or profile.get("sglang_version") or "")
+    router_version = settings.get("router_version") or profile.get("router_version") or ""
+    return str(version), str(router_version)
+
+
 def _check_versions(profile, settings, catalogs, pname, errors):
     """Pinned X.Y.Z versions, their option catalogs and a known sglang+router combination.
 
     Returns (version, router_version, server_catalog, router_catalog)."""
-    version = str(settings.get("sglang_version") or profile.get("sglang_version") or "")
-    router_version = str(settings.get("router_version") or profile.get("router_version") or "")
+    version, router_version = choose_versions(profile, settings)
     if not VERSION_RE.match(version):
         errors.append("profile %s: sglang version %r is not pinned; expected an exact X.Y.Z such as %s" % (pname, version, profile.get("sglang_version")))
     if not VERSION_RE.match(router_version):
