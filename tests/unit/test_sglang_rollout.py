@@ -287,3 +287,24 @@ def test_rollback_restores_only_files_that_existed():
 def test_snapshot_units_shape():
     assert ro.snapshot_units(ro.parse_systemctl_show("Id=u\nActiveState=active\nInvocationID=x\n")) == \
         {"u": {"invocation": "x", "active": "active"}}
+
+
+def test_rollback_restores_the_front_and_restarts_it_only_when_its_process_moved():
+    plan = dict(KIMI, router=dict(KIMI["router"], front={"unit_name": "sglang-router-front.service",
+                                                         "config": "/etc/haproxy/sglang-router-front.cfg"}))
+    snaps = snapshots()
+    snaps["b300a"]["files"]["/etc/systemd/system/sglang-router-front.service"] = b64("[Service]\n")
+    snaps["b300a"]["files"]["/etc/haproxy/sglang-router-front.cfg"] = b64("global\n")
+    snaps["b300a"]["units"]["sglang-router-front.service"] = {"invocation": "f1", "active": "active"}
+    same = now(b300a={"sglang-kimi_k3-w0.service": ("active", "a1"), "sglang-router.service": ("active", "r2"),
+                      "sglang-router-front.service": ("active", "f1")},
+               b300b={"sglang-kimi_k3-w0.service": ("active", "b1")})
+    rb = ro.rollback_plan(plan, snaps, same)
+    assert {"front_unit", "front_cfg"} <= {r["kind"] for r in rb["restore"]}
+    assert rb["router_restart"] and not rb["front_restart"]        # the front kept its process: a reload at most
+    moved = dict(same, b300a=dict(same["b300a"], **{"sglang-router-front.service": {
+        "Id": "sglang-router-front.service", "ActiveState": "active", "InvocationID": "f2"}}))
+    assert ro.rollback_plan(plan, snaps, moved)["front_restart"]
+    assert ro.restored_files([{"id": "router", "kind": "front_cfg"}], [{"changed": True}]) == ["router front cfg"]
+    # a front that did not exist before (first run with the front): nothing to restore, nothing to restart
+    assert not ro.rollback_plan(KIMI, snapshots(), moved)["front_restart"]

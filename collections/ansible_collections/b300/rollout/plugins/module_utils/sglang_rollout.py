@@ -219,8 +219,8 @@ def rollback_plan(plan, snapshots, now_units, unreachable=()):
 
     Returns {served, why_not, restore: [{host, path, kind, id}], restart: [instance ids], router_restart: bool,
     unreachable: [hosts], lost: [instance ids on unreachable hosts], workers: [the planned router workers to have
-    back, those of unreachable hosts left out]}. kind is unit|env|router_unit|router_env (the owner/mode of the
-    restored file). Only files the snapshot holds are restored (an empty content = the file did not exist before:
+    back, those of unreachable hosts left out], front_restart: bool}. kind is unit|env|router_unit|router_env|
+    front_unit|front_cfg (the owner/mode of the restored file). Only files the snapshot holds are restored (an empty content = the file did not exist before:
     nothing to restore, the run created it for an instance that did not serve). A router host that is unreachable
     leaves nothing to roll back through (why_not says so)."""
     router = plan.get("router") or {}
@@ -228,7 +228,7 @@ def rollback_plan(plan, snapshots, now_units, unreachable=()):
     hosts = sorted({i["host"] for i in plan.get("instances", [])} | ({rhost} if rhost else set()))
     unreachable = sorted(set(unreachable))
     out = {"served": False, "why_not": "", "restore": [], "restart": [], "router_restart": False,
-           "unreachable": unreachable, "lost": [], "workers": []}
+           "front_restart": False, "unreachable": unreachable, "lost": [], "workers": []}
     rsnap = snapshots.get(rhost) or {}
     if not rhost:
         out["why_not"] = "the plan has no router"
@@ -259,6 +259,16 @@ def rollback_plan(plan, snapshots, now_units, unreachable=()):
         if rsnap.get("files", {}).get(path):
             out["restore"].append({"host": rhost, "path": path, "kind": kind, "id": "router"})
     out["router_restart"] = _moved(rsnap, now_units.get(rhost), runit)
+    front = router.get("front")
+    out["front_restart"] = False
+    if front:
+        for path, kind in ((_unit_path(front["unit_name"]), "front_unit"), (front["config"], "front_cfg")):
+            if rsnap.get("files", {}).get(path):
+                out["restore"].append({"host": rhost, "path": path, "kind": kind, "id": "router"})
+        # a front that served before and runs another process now (its unit changed) is restarted; one whose
+        # config alone is restored is reloaded (71_rollback_restore.yml), which keeps its connections
+        was = (rsnap.get("units") or {}).get(front["unit_name"]) or {}
+        out["front_restart"] = was.get("active") == "active" and _moved(rsnap, now_units.get(rhost), front["unit_name"])
     lost = set(out["lost"])
     out["workers"] = [w for w in router.get("workers", []) if w.get("id") not in lost]
     return out
@@ -285,7 +295,7 @@ def restored_files(items, results):
     out = []
     for item, res in zip(items, results):
         if (res or {}).get("changed"):
-            out.append("%s %s" % (item["id"], item["kind"].replace("router_", "")))
+            out.append("%s %s" % (item["id"], item["kind"].replace("router_", "").replace("_", " ")))
     return out
 
 
