@@ -10,7 +10,7 @@ N ?= 2
 PROFILE ?= kimi_k3
 SANDBOX_INV := inventory/sandbox
 
-.PHONY: help deps venv image wheelhouse sandbox sandbox-down demo test lint sanity unit parser integration molecule thermal audit reliability ee acceptance plan
+.PHONY: help deps venv image wheelhouse sandbox sandbox-down demo test lint sanity unit parser integration integration-fleet integration-controller molecule thermal audit reliability ee acceptance plan
 
 help:
 	@echo "make demo      bring up the sandbox (2 emulated B300 hosts) and run site.yml -l b300a,b300b on it (PROFILE=kimi_k3|glm52_pd)"
@@ -57,9 +57,16 @@ parser: venv  ## the REAL sglang 0.5.17/0.5.18 parsers (CPU venvs cached in .cac
 wheelhouse: venv  ## wheels the sandbox hosts install from (air-gapped like a GPU cluster): .cache/wheelhouse
 	tools/build-wheelhouse.sh
 
-integration: image wheelhouse
+integration: image wheelhouse  ## every integration test (the two parts below, one after the other)
 	sandbox/fleet.sh up 2
 	pytest -q -p no:cacheprovider --durations=25 tests/integration
+
+integration-fleet: image wheelhouse  ## the integration tests that use the sandbox fleet (make test: beside the other parts)
+	sandbox/fleet.sh up 2
+	pytest -q -p no:cacheprovider --durations=25 -m "not controller" tests/integration
+
+integration-controller: venv  ## the integration tests that need no fleet (controller-side runs, loopback processes)
+	pytest -q -p no:cacheprovider --durations=10 -m controller tests/integration
 
 molecule: image wheelhouse
 	tools/molecule-all.sh
@@ -84,7 +91,9 @@ plan: venv  ## what site.yml would deploy for PROFILE (per instance GPUs, ports,
 audit: venv  ## the on-call firmware/GPU audit (read-only); INV=inventory/sandbox for the sandbox
 	tools/fw-audit -i $(or $(INV),inventory/production)
 
-# each part's time is printed at the end (and kept in artifacts/test-times.txt)
-TEST_PARTS ?= lint sanity unit parser integration molecule
+# each part's time is printed at the end (and kept in artifacts/test-times.txt); the fleet's tests run beside the
+# other parts (tools/test-parts.sh says why)
+TEST_PARTS ?= lint sanity unit parser integration-controller molecule
+TEST_FLEET_PART ?= integration-fleet
 test: venv
-	tools/test-parts.sh $(TEST_PARTS)
+	tools/test-parts.sh --beside $(TEST_FLEET_PART) $(TEST_PARTS)

@@ -58,14 +58,14 @@ import urllib.request
 import yaml
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # tools/: loadgen.py
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "collections"))  # the project's module_utils
 import loadgen
+from ansible_collections.b300.rollout.plugins.module_utils import sglang_rollout
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 INVENTORY = ROOT / "inventory" / "sandbox"
-PROFILES_DIR = ROOT / "roles" / "sglang" / "files" / "profiles"
+PROFILES_DIR = ROOT / "roles" / "sglang" / "files" / "profiles"   # which profiles exist (their names only)
 VENV_BIN = ROOT / ".venv" / "bin"
-ROLE_ORDER = ("prefill", "decode", "worker")          # module_utils/sglang_plan.py builds instances in this order
-ROLLING_ORDER = ("decode", "prefill", "worker")       # playbooks/rolling_restart.yml restarts in this order
 # version to switch to per profile (both pairs are in roles/sglang/vars/compat.yml with router 0.3.2)
 OTHER_VERSION = {"kimi_k3": "0.5.17", "glm52_pd": "0.5.18"}
 ALL_SCENARIOS = ("rolling", "version", "kill", "unhealthy", "unreachable", "rerun", "key")
@@ -80,40 +80,23 @@ def env():
 
 
 # ------------------------------------------------------------------------------------------------------------------
-# what is deployed where (same rules as module_utils/sglang_plan.py, from the profile file and the sandbox inventory)
+# what is deployed where: the project's own planner (tools/plan -> playbooks/plan.yml -> b300.rollout.sglang_plan, on
+# the controller, nothing reached) and its rolling order (module_utils/sglang_rollout.py rolling_order)
 # ------------------------------------------------------------------------------------------------------------------
 
-def inventory_hosts():
-    data = yaml.safe_load((INVENTORY / "hosts.yml").read_text())
-    groups, address = {}, {}
-    for gname, g in (data["all"].get("children") or {}).items():
-        hosts = g.get("hosts") or {}
-        groups[gname] = list(hosts)
-        for h, hv in hosts.items():
-            if hv and hv.get("ansible_host"):
-                address[h] = hv["ansible_host"]
-    return groups, address
-
-
-def profile_layout(name):
-    prof = yaml.safe_load((PROFILES_DIR / ("%s.yml" % name)).read_text())
-    groups, address = inventory_hosts()
-    instances = []
-    for role_name in ROLE_ORDER:
-        role = (prof.get("roles") or {}).get(role_name)
-        if not role:
-            continue
-        for host in groups.get(role["group"], []):
-            for idx in range(int(role.get("instances_per_host") or 1)):
-                iname = "%s%d" % (role.get("name_prefix") or role_name[0].upper(), idx)
-                port = int(role["port_base"]) + idx
-                instances.append({"id": "%s/%s" % (host, iname), "host": host, "role": role_name, "port": port,
-                                  "url": "http://%s:%d" % (address.get(host, host), port),
-                                  "unit": "sglang-%s-%s.service" % (name, iname.lower())})
-    rhost = groups[prof["router"].get("group", "sglang_router")][0]
-    rolling = [i for r in ROLLING_ORDER for i in instances if i["role"] == r]
-    return {"profile": name, "version": prof["sglang_version"], "instances": instances, "rolling_order": rolling,
-            "router_host": rhost, "router_url": "http://%s:%d" % (address.get(rhost, rhost), prof["router"]["port"])}
+def profile_layout(name, extra=()):
+    with tempfile.TemporaryDirectory(prefix="reliability-plan-") as out:
+        r = subprocess.run([str(ROOT / "tools" / "plan"), "-i", str(INVENTORY), name, *extra], cwd=ROOT, env=dict(
+            env(), B300_PLAN_DIR=out), capture_output=True, text=True, timeout=300, check=False)
+        if r.returncode != 0:
+            raise RuntimeError("tools/plan %s failed (rc %d): %s" % (name, r.returncode, (r.stdout + r.stderr)[-2000:]))
+        plan = json.loads((pathlib.Path(out) / ("%s.json" % name)).read_text())
+    instances = [{"id": u["id"], "host": u["host"], "role": u["role"], "port": u["port"], "url": u["url"],
+                  "unit": u["unit_name"]} for u in plan["units"] if u["kind"] == "instance"]
+    router = next(u for u in plan["units"] if u["kind"] == "router")
+    rolling = sglang_rollout.rolling_order(instances, [i["id"] for i in instances])
+    return {"profile": name, "version": plan["version"], "instances": instances, "rolling_order": rolling,
+            "router_host": router["host"], "router_url": router["url"]}
 
 
 # ------------------------------------------------------------------------------------------------------------------

@@ -1,27 +1,52 @@
 #!/usr/bin/env bash
-# `make test`: run the test parts one after the other (make <part>), stop at the first failure, and print every
-# part's time at the end (also written to artifacts/test-times.txt, for CI's closing note).
-#   tools/test-parts.sh lint unit parser integration molecule
+# `make test`: the test parts in two lanes, and every part's time at the end (also in artifacts/test-times.txt, for
+# CI's closing note).
+#   tools/test-parts.sh [--beside PART] PART...
+# --beside PART (make test: integration-fleet, the tests that use the sandbox fleet) runs `make PART` in the
+# background from the start, its output in artifacts/test-PART.log (printed when it ends); the other PARTs run one
+# after the other in the foreground and stop at the first failure. The fleet lane is latency-bound (SSH round trips
+# to the two sandbox hosts, ~0.25 s per task) and leaves a core mostly idle: lint, sanity, unit, parser, the
+# integration tests that need no fleet and molecule (its own containers and network) run there meanwhile.
+# A failure in either lane fails `make test`; a foreground failure stops the fleet lane too.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 rows=() failed="" t0=$SECONDS
-# The real-SGLang CPU venvs (the parser part's, then the acceptance client's) are built in the background while the
-# parts before `parser` run: those are single-threaded pytest/lint runs, the venv builds mostly download and unpack
-# (about 6 min on a fresh machine), so the second core does them. The builders are idempotent (a .done stamp); the
-# parser part waits for them and then builds whatever is still missing itself, so a failed prebuild fails there with
-# its own message. Its log: artifacts/prebuild-venvs.log. B300_PREBUILD_VENVS=0 turns this off.
+beside="" beside_pid="" beside_t0=0
+if [[ ${1:-} == --beside ]]; then beside=$2; shift 2; fi
+mkdir -p artifacts
+
+# What both lanes need first (the image and the wheelhouse: molecule and the fleet; idempotent, cached), then the
+# fleet lane. Its acceptance tests need the bench_serving client venv: built first in that lane (downloads).
+if [[ -n $beside ]]; then
+  echo "=== make image wheelhouse (both lanes need them)"
+  t=$SECONDS
+  if ! make --no-print-directory image wheelhouse; then
+    rows+=("$(printf '%-24s %6d s  FAILED' "image+wheelhouse" $((SECONDS - t)))")
+    failed="image+wheelhouse"
+  else
+    rows+=("$(printf '%-24s %6d s  passed' "image+wheelhouse" $((SECONDS - t)))")
+    echo "=== make $beside (beside the other parts; output: artifacts/test-$beside.log)"
+    beside_t0=$SECONDS
+    setsid bash -c 'tools/acceptance/client_venv.sh && exec make --no-print-directory "$1"' lane "$beside" \
+      > "artifacts/test-$beside.log" 2>&1 < /dev/null &
+    beside_pid=$!
+  fi
+fi
+
+# The real-SGLang CPU venvs of the parser part are built in the background while the parts before `parser` run (they
+# mostly download and unpack, about 6 min on a fresh machine). The builders are idempotent (a .done stamp); the parser
+# part waits for them and then builds whatever is still missing itself, so a failed prebuild fails there with its own
+# message. Its log: artifacts/prebuild-venvs.log. B300_PREBUILD_VENVS=0 turns this off.
 prebuild=""
-if [[ " $* " == *" parser "* ]] && [[ ${B300_PREBUILD_VENVS:-1} != 0 ]]; then
-  mkdir -p artifacts
-  client=""
-  [[ " $* " != *" integration "* ]] || client=tools/acceptance/client_venv.sh
+if [[ -z $failed ]] && [[ " $* " == *" parser "* ]] && [[ ${B300_PREBUILD_VENVS:-1} != 0 ]]; then
   # its own session, so that a run stopped by an earlier part's failure can stop the builders too (kill -- -PID)
-  setsid bash -c 'tools/acceptance/contract_venv.sh 0.5.17 && tools/acceptance/contract_venv.sh 0.5.18 && ${1:-true}' \
-    prebuild "$client" > artifacts/prebuild-venvs.log 2>&1 < /dev/null &
+  setsid bash -c 'tools/acceptance/contract_venv.sh 0.5.17 && tools/acceptance/contract_venv.sh 0.5.18' \
+    > artifacts/prebuild-venvs.log 2>&1 < /dev/null &
   prebuild=$!
 fi
 for part in "$@"; do
+  [[ -z $failed ]] || break
   if [[ $part == parser && -n $prebuild ]]; then
     echo "=== waiting for the venv prebuild (artifacts/prebuild-venvs.log)"
     wait "$prebuild" || echo "venv prebuild failed (rc $?): the parser part builds what is missing"
@@ -30,21 +55,36 @@ for part in "$@"; do
   echo "=== make $part"
   t=$SECONDS
   if make --no-print-directory "$part"; then
-    rows+=("$(printf '%-12s %6d s  passed' "$part" $((SECONDS - t)))")
+    rows+=("$(printf '%-24s %6d s  passed' "$part" $((SECONDS - t)))")
   else
-    rows+=("$(printf '%-12s %6d s  FAILED' "$part" $((SECONDS - t)))")
+    rows+=("$(printf '%-24s %6d s  FAILED' "$part" $((SECONDS - t)))")
     failed=$part
-    break
   fi
 done
 [[ -z $prebuild ]] || kill -- -"$prebuild" 2>/dev/null   # a part failed before `parser`: stop the builders
+if [[ -n $beside_pid ]]; then
+  if [[ -n $failed ]]; then
+    echo "=== $failed failed: stopping $beside"
+    kill -- -"$beside_pid" 2>/dev/null
+  else
+    echo "=== waiting for $beside (artifacts/test-$beside.log)"
+  fi
+  wait "$beside_pid"; rc=$?
+  echo "=== output of make $beside"
+  cat "artifacts/test-$beside.log"
+  if [[ $rc == 0 ]]; then
+    rows+=("$(printf '%-24s %6d s  passed (beside the parts above)' "$beside" $((SECONDS - beside_t0)))")
+  else
+    rows+=("$(printf '%-24s %6d s  FAILED (rc %d)' "$beside" $((SECONDS - beside_t0)) "$rc")")
+    failed=${failed:-$beside}
+  fi
+fi
 for part in "$@"; do
-  printf '%s\n' "${rows[@]}" | grep -q "^$part " || rows+=("$(printf '%-12s %6s    not run' "$part" -)")
+  printf '%s\n' "${rows[@]}" | grep -q "^$part " || rows+=("$(printf '%-24s %6s    not run' "$part" -)")
 done
-mkdir -p artifacts
 {
   echo "=== make test: time per part"
   printf '  %s\n' "${rows[@]}"
-  printf '  %-12s %6d s  %s\n' total $((SECONDS - t0)) "${failed:+FAILED in $failed}"
+  printf '  %-24s %6d s  %s\n' total $((SECONDS - t0)) "${failed:+FAILED in $failed}"
 } | tee artifacts/test-times.txt
 [ -z "$failed" ]

@@ -390,6 +390,9 @@ class StubState:
         self.warmup_timeout = float(env.get("SGLANG_WARMUP_TIMEOUT") or -1)
         self.keep_alive = int(env.get("SGLANG_TIMEOUT_KEEP_ALIVE") or 5)
         self.waiting_timeout = int(env.get("SGLANG_DISAGGREGATION_WAITING_TIMEOUT") or 300)
+        # the prefill's bound on a request whose decode never bootstraps it (EnvInt(300), environ.py 17:413 / 18:609;
+        # conn.py 17:237, checked from the request's arrival in _check_bootstrap_timeout, 17:1203-1217)
+        self.bootstrap_timeout = int(env.get("SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT") or 300)
         self.control_dir = env.get("SGLANG_STUB_CONTROL_DIR") or "/run/sglang-stub/%d" % self.port
         self.started = time.monotonic()
         self.started_wall = time.time()
@@ -1289,13 +1292,15 @@ class Handler(BaseHTTPRequestHandler):
                 st.output()
                 self._leave_running(flags)
                 if not fake:
-                    ok = self._prefill_wait_transfer(body, dev, host, p_tokens)
+                    ok = self._prefill_wait_transfer(body, dev, host, p_tokens, t0)
                     if not ok:
+                        # handle_bootstrap_failure -> prepare_abort(..., INTERNAL_SERVER_ERROR) (prefill.py 17:971-996)
                         entry["status"] = 500
                         st.record(entry)
                         return self._send(500, error_body(
-                            path, "KV transfer of bootstrap_room %s timed out (SGLANG_DISAGGREGATION_WAITING_TIMEOUT)"
-                            % body.get("bootstrap_room"), 500, "InternalServerError"))
+                            path, "Prefill bootstrap failed for request bootstrap_room=%s: timed out after %.1fs in "
+                            "KVPoll.Bootstrapping (SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT)"
+                            % (body.get("bootstrap_room"), time.monotonic() - t0), 500, "InternalServerError"))
             elif st.mode == "decode":
                 if not fake:
                     with st.lock:
@@ -1356,17 +1361,19 @@ class Handler(BaseHTTPRequestHandler):
             with st.lock:
                 st.inflight_tokens -= p_tokens
 
-    def _prefill_wait_transfer(self, body, dev, host, p_tokens):
+    def _prefill_wait_transfer(self, body, dev, host, p_tokens, t0):
         """The prefill keeps the request in its inflight queue after the forward until the decode has pulled the KV
-        (prefill.py process_disagg_prefill_inflight_queue), then answers; a decode that never pulls fails it after
-        SGLANG_DISAGGREGATION_WAITING_TIMEOUT (scaled)."""
+        (prefill.py process_disagg_prefill_inflight_queue), then answers. A decode that never comes (dead before the
+        handshake: it never sends the KV indices) leaves the request in KVPoll.Bootstrapping until
+        SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT (scaled) after the request arrived (conn.py 17:1203-1217), when it
+        fails (the decode's pull stands for the handshake and the transfer together)."""
         st = self.state
         room = str(body.get("bootstrap_room"))
         ev = threading.Event()
         with st.lock:
             st.prefill_inflight[room] = {"event": ev, "device": dev, "host": host, "prompt_tokens": p_tokens,
                                          "time": time.monotonic()}
-        ok = ev.wait(st.real(st.waiting_timeout))
+        ok = ev.wait(max(0.0, st.real(st.bootstrap_timeout) - (time.monotonic() - t0)))
         with st.lock:
             st.prefill_inflight.pop(room, None)
             if not ok:

@@ -120,12 +120,17 @@ class Sandbox:
 def pytest_configure(config):
     config.addinivalue_line("markers", "sandbox: the test needs the sandbox fleet (gets the `sandbox` fixture)")
     config.addinivalue_line("markers", "integration: runs against the sandbox fleet or real processes on loopback")
+    config.addinivalue_line("markers", "controller: needs no sandbox fleet (controller-side runs, loopback processes): "
+                            "make integration-controller runs these beside the fleet tests (make integration-fleet)")
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("sandbox") and "sandbox" not in item.fixturenames:
             item.fixturenames.append("sandbox")
+        if item.get_closest_marker("controller") and "sandbox" in item.fixturenames:
+            raise pytest.UsageError("%s is marked controller (runs beside the fleet tests) but uses the sandbox fleet"
+                                    % item.nodeid)
 
 
 @pytest.fixture(scope="session")

@@ -18,7 +18,7 @@ nowhere in the output. Value cases (issue 23: keys, paths, names, addresses, num
 are refused by the first preflight play (roles/sglang/tasks/11_preflight_inputs.yml, the rules of module_utils/input_rules.py)
 in seconds; the unit-level table of the same rules is tests/unit/test_input_rules.py.
 
-Times are written to artifacts/bad_input/last.json. B300_BAD_INPUT_CASES=id1,id2 runs a subset.
+Times are written to artifacts/bad_input/last-<where>.json (controller, e2e, or both). B300_BAD_INPUT_CASES=id1,id2 runs a subset.
 """
 import concurrent.futures
 import json
@@ -254,7 +254,10 @@ def report():
     out = ROOT / "artifacts" / "bad_input"
     out.mkdir(parents=True, exist_ok=True)
     total = round(sum(t["duration_s"] for t in TIMES.values()), 1)
-    (out / "last.json").write_text(json.dumps({"cases": TIMES, "total_s": total, "refused": sum(
+    # make test runs the controller-side cases beside the fleet (-m controller) and the end-to-end ones with it: one
+    # file per part that ran, so that neither overwrites the other's
+    where = "-".join(sorted({t["where"] for t in TIMES.values()})) or "none"
+    (out / ("last-%s.json" % where)).write_text(json.dumps({"cases": TIMES, "total_s": total, "refused": sum(
         1 for t in TIMES.values() if t["refused"])}, indent=1) + "\n")
     print("\nbad-input suite: %d run(s), %d refused as expected, %.0f s of ansible-playbook time" % (
         len(TIMES), sum(1 for t in TIMES.values() if t["refused"]), total))
@@ -272,6 +275,7 @@ def check_refusal(cid, rc, out):
     return missing
 
 
+@pytest.mark.controller
 def test_case_ids_are_distinct():
     ids = [c.values[0]["id"] for c in CASES]
     assert len(ids) == len(set(ids))
@@ -280,6 +284,7 @@ def test_case_ids_are_distinct():
     assert all(c.values[0]["id"] in E2E for c in CASES if c.values[0]["e2e_only"]), "an e2e-only case must be in E2E"
 
 
+@pytest.mark.controller
 def test_good_input_passes_controller_side():
     """The harness itself: the sandbox's good inputs pass the same controller-side command (both profiles)."""
     for profile in ("kimi_k3", "glm52_pd"):
@@ -288,6 +293,7 @@ def test_good_input_passes_controller_side():
         assert rc == 0, "%s: the good input was refused controller-side:\n%s" % (profile, out[-3000:])
 
 
+@pytest.mark.controller
 @pytest.mark.parametrize("spec", CONTROLLER)
 def test_bad_input_refused_controller_side(spec, controller_results, report):
     if SELECTED and spec["id"] not in SELECTED:

@@ -43,8 +43,9 @@ def host_units(sandbox, host):
     out = {}
     for path in names.stdout.split():
         unit = sandbox.ssh(host, "cat %s" % path).stdout
-        env_path = re.search(r"^EnvironmentFile=(\S+)$", unit, re.M).group(1)
-        out[path] = (unit, env_path, sandbox.ssh(host, "cat %s" % env_path).stdout)
+        # a worker's or the router's env file; the router front's HAProxy config (its ExecStart= -f FILE)
+        m = re.search(r"^EnvironmentFile=(\S+)$", unit, re.M) or re.search(r"^ExecStart=\S*haproxy .*-f (\S+)", unit, re.M)
+        out[path] = (unit, m.group(1), sandbox.ssh(host, "cat %s" % m.group(1)).stdout)
     return out
 
 
@@ -121,7 +122,8 @@ def test_plan_lines_are_the_units_lines_verbatim(deployment, planned):
         # ...and the printed text carries each of those lines as they are, under the unit's heading
         block = "  unit %s\n" % view["unit_path"] + "".join("    %s\n" % line for line in view["unit_lines"])
         assert block in planned["text"], view["id"]
-        assert "  env file %s\n" % env_path + "".join("    %s\n" % line for line in view["env_lines"]) in planned["text"]
+        files = "config" if view["kind"] == "front" else "env file"
+        assert "  %s %s\n" % (files, env_path) + "".join("    %s\n" % line for line in view["env_lines"]) in planned["text"]
 
 
 def test_preflight_prints_the_same_text(sandbox, deployment, planned):

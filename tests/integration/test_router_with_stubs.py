@@ -19,6 +19,9 @@ import urllib.request
 
 import pytest
 
+# loopback only (stub workers and a real router as local processes): runs beside the fleet tests
+pytestmark = pytest.mark.controller
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 STUB = ROOT / "sandbox" / "sglang_stub" / "bin"
 ROUTER_VERSION = "0.3.2"

@@ -321,6 +321,7 @@ def test_a_raising_module_prints_its_header_despite_no_log_so_keys_are_checked_b
                                         "the preflight check stays, update this note:\n" + out[-2000:])
 
 
+@pytest.mark.controller
 @pytest.mark.parametrize("key", ["sk-b300-" + "7e" * 12 + "\n", "sk-b300 " + "a1" * 16, "schl\u00fcssel-" + "c3" * 12,
                                  "\t" + "9f" * 16, "sk-b300-" + "4d" * 12 + "\r\n"],
                          ids=["newline", "space", "non_ascii", "tab", "crlf"])

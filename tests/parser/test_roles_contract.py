@@ -14,6 +14,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "roles" / "sglang" / "files"))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tools"))
@@ -80,8 +81,16 @@ def test_two_snapshots_in_a_row_prove_the_drain(real):
 
 def test_environment_defaults_the_profiles_override(real):
     # -1 = 600 s non-PD / 1800 s PD warm-up timeout; 5 s uvicorn keep-alive; /health is a generation
+    # the PD bounds issue 32 shortens on glm52_pd (prefill: orphaned by a dead decode; decode: a stuck transfer):
+    # both 300 s in the pinned versions, and the profile's values are the int() SGLang's EnvInt parses
     assert real["env"] == {"SGLANG_WARMUP_TIMEOUT": -1, "SGLANG_TIMEOUT_KEEP_ALIVE": 5,
-                           "SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION": True}
+                           "SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION": True,
+                           "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT": 300, "SGLANG_DISAGGREGATION_WAITING_TIMEOUT": 300}
+    prof = yaml.safe_load((ROOT / "roles" / "sglang" / "files" / "profiles" / "glm52_pd.yml").read_text())
+    boot = int(prof["roles"]["prefill"]["env"]["SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT"])
+    wait = int(prof["roles"]["decode"]["env"]["SGLANG_DISAGGREGATION_WAITING_TIMEOUT"])
+    assert 0 < boot < real["env"]["SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT"]
+    assert 0 < wait < real["env"]["SGLANG_DISAGGREGATION_WAITING_TIMEOUT"]
 
 
 def test_v1_loads_needs_the_key_and_health_does_not(real):

@@ -28,12 +28,19 @@ def tracked(*suffixes):
 
 # --- the rolling order ----------------------------------------------------------------------------------------------
 def test_the_rolling_order_is_written_once():
-    """An order is the instances of each role selected one after the other: only 60_rolling_pass.yml does that."""
+    """The order (decode, prefill, worker) is ROLLING_ROLE_ORDER in module_utils/sglang_rollout.py, read by
+    rolling_order (filter b300.rollout.sglang_rolling_order, used by 60_rolling_pass.yml): no YAML selects the
+    instances of several roles one after the other, and no other Python spells the order."""
     role = re.compile(r"selectattr\('role', 'equalto', '(decode|prefill|worker)'\)")
     where = sorted({f for f in tracked(".yml", ".yaml") if len(set(role.findall((ROOT / f).read_text()))) > 1})
-    assert where == ["roles/sglang/tasks/60_rolling_pass.yml"], where
+    assert where == [], where
+    from ansible_collections.b300.rollout.plugins.module_utils import sglang_rollout as ro
+    assert ro.ROLLING_ROLE_ORDER == ("decode", "prefill", "worker")
+    spelled = re.compile(r"""["']decode["'],\s*["']prefill["'],\s*["']worker["']""")
+    users = sorted(f for f in tracked(".py") if spelled.search((ROOT / f).read_text()) and not f.startswith("tests/"))
+    assert users == ["collections/ansible_collections/b300/rollout/plugins/module_utils/sglang_rollout.py"], users
     text = (ROLE / "tasks" / "60_rolling_pass.yml").read_text()
-    assert [m.group(1) for m in role.finditer(text)] == ["decode", "prefill", "worker"]
+    assert "b300.rollout.sglang_rolling_order" in text
 
 
 def test_both_rolling_paths_use_it():

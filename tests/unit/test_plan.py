@@ -93,7 +93,7 @@ def test_argv_display_one_flag_per_line():
 
 
 def test_filter_refuses_an_unknown_kind():
-    with pytest.raises(Exception, match="neither instance nor router"):
+    with pytest.raises(Exception, match="is not instance, router or front"):
         plan_filters.sglang_plan_views([{"kind": "worker", "plan": {}, "unit": "", "env": ""}])
 
 

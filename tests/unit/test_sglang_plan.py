@@ -532,3 +532,55 @@ def test_router_startup_timeout_must_cover_the_worker_load_budget(name):
     e = errors_of(name, timeouts={"sglang_health_timeout_s": 3600},
                   router_extra_args={"--worker-startup-timeout-secs": False})
     assert "router --worker-startup-timeout-secs 1800 is below sglang_health_timeout_s 3600" in e, e
+
+
+# --- the router's front (issue 32) ------------------------------------------------------------------------------------
+def test_versions_are_chosen_in_the_planner_only():
+    """sglang_version (the run's) wins, then the inventory's pin for the profile, then the profile's pin."""
+    prof = load_profile("kimi_k3")
+    assert sp.resolve_versions(prof, {}) == ("0.5.18", "0.3.2")
+    assert sp.resolve_versions(prof, {"sglang_versions": {"kimi_k3": "0.5.17", "glm52_pd": "9.9.9"}})[0] == "0.5.17"
+    assert sp.resolve_versions(prof, {"sglang_version": "0.5.16", "sglang_versions": {"kimi_k3": "0.5.17"}})[0] == "0.5.16"
+    assert sp.resolve_versions(prof, {"router_version": "0.3.1"})[1] == "0.3.1"
+    assert plan("kimi_k3", sglang_versions={"kimi_k3": "0.5.17"})["instances"][0]["version"] == "0.5.17"
+
+
+def test_without_the_front_the_router_binds_the_public_port():
+    r = plan("kimi_k3")["router"]
+    assert r["front"] is None and (r["listen_host"], r["listen_port"]) == ("0.0.0.0", 30080)
+    assert r["local_url"] == "http://127.0.0.1:30080"
+    assert (flag_value(r["argv"], "--host"), flag_value(r["argv"], "--port")) == ("0.0.0.0", "30080")
+
+
+def test_behind_the_front_the_router_listens_on_loopback_and_the_front_owns_the_port():
+    p = plan("kimi_k3", router_front={"enabled": True, "retries": 7}, router_flag_set="resilient")
+    assert p["errors"] == []
+    r = p["router"]
+    assert (flag_value(r["argv"], "--host"), flag_value(r["argv"], "--port")) == ("127.0.0.1", "40080")
+    assert r["url"] == "http://10.89.30.11:30080" and r["local_url"] == "http://127.0.0.1:40080"
+    f = r["front"]
+    assert (f["bind_host"], f["port"], f["backend"], f["retries"]) == ("0.0.0.0", 30080, "127.0.0.1:40080", 7)
+    assert f["unit_name"] == "sglang-router-front.service" and f["config"] == "/etc/haproxy/sglang-router-front.cfg"
+    # longer than the router keeps a request: resilient set = 5 attempts of --request-timeout-secs 2400 after a
+    # --queue-timeout-secs 2400 wait, + 60 s
+    assert f["timeout_s"] == 2400 + 5 * 2400 + 60
+    # the seed's set retries nothing (--disable-retries): one attempt
+    assert plan("kimi_k3", router_front={"enabled": True})["router"]["front"]["timeout_s"] == 2400 + 2400 + 60
+    glm = plan("glm52_pd", router_front={"enabled": True})["router"]
+    assert glm["front"]["backend"] == "127.0.0.1:40000" and glm["front"]["retries"] == 10
+    # the seed set (--disable-retries, no request timeout flag on glm52_pd: router defaults 1800 s / 60 s queue)
+    seed = plan("glm52_pd", router_front={"enabled": True}, router_flag_set="seed")["router"]["front"]
+    assert seed["timeout_s"] == 60 + 1800 + 60
+
+
+def test_the_front_backend_port_is_checked_like_every_port():
+    e = errors_of("kimi_k3", router_front={"enabled": True}, profile_overrides={"router": {"backend_port": 30081}})
+    assert "b300a/router backend_port 30081 collides with b300a/router prometheus_port on b300a" in e
+    e = errors_of("kimi_k3", router_front={"enabled": True}, profile_overrides={"router": {"backend_port": None}})
+    assert "backend_port (the router's own port behind its front)" in e, e
+
+
+def test_front_timeout_follows_the_router_flags():
+    assert sp.front_timeout_s({}) == 60 + 1800 * 5 + 60
+    assert sp.front_timeout_s({"--disable-retries": True, "--request-timeout-secs": 100}) == 60 + 100 + 60
+    assert sp.front_timeout_s({"--retry-max-retries": 2, "--queue-timeout-secs": 10, "--request-timeout-secs": 5}) == 80

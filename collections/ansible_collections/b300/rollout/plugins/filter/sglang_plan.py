@@ -8,16 +8,17 @@ playbooks/plan.yml (`make plan`). Documentation: sglang_plan_views.yml, sglang_p
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.b300.rollout.plugins.module_utils.sglang_plan import instance_view, plan_text, router_view
+from ansible_collections.b300.rollout.plugins.module_utils.sglang_plan import front_view, instance_view, plan_text, router_view
 
 
 def sglang_plan_views(rendered, unit_dir="/etc/systemd/system"):
-    """[{kind: instance|router, plan: <plan entry>, unit: <rendered unit>, env: <rendered env file>}] -> views."""
+    """[{kind: instance|router|front, plan: <plan entry; the router for front>, unit: <rendered unit>, env: <rendered
+    env file; the front's config>}] -> views."""
     views = []
     for item in rendered or []:
-        make = {"instance": instance_view, "router": router_view}.get(item.get("kind"))
+        make = {"instance": instance_view, "router": router_view, "front": front_view}.get(item.get("kind"))
         if make is None:
-            raise AnsibleFilterError("sglang_plan_views: kind %r is neither instance nor router" % item.get("kind"))
+            raise AnsibleFilterError("sglang_plan_views: kind %r is not instance, router or front" % item.get("kind"))
         views.append(make(item["plan"], item.get("unit") or "", item.get("env") or "", unit_dir=unit_dir))
     return views
 

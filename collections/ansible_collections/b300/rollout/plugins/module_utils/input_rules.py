@@ -596,6 +596,14 @@ ROLE_RULES = {
     "sglang_router_smoke_prompt": rule_text,
     "sglang_router_smoke_max_tokens": lambda v: rule_int(v, 1, unit="tokens"),
     "sglang_router_smoke_timeout_s": rule_int,
+    "sglang_router_front": rule_bool,
+    "sglang_router_front_retries": lambda v: rule_int(v, 1, 120, unit="retries"),
+    "sglang_router_front_maxconn": lambda v: rule_int(v, 16, unit="connections"),
+    "sglang_router_front_haproxy": rule_unit_path,
+    "sglang_router_front_package": lambda v: rule_name(v, "package"),
+    "sglang_router_front_install": rule_bool,
+    "sglang_router_front_disable_distro_unit": rule_bool,
+    "sglang_router_front_ready_timeout_s": rule_int,
 }
 # Not checked here, and why.
 NOT_CHECKED = {

@@ -475,6 +475,8 @@ def _check_port_collisions(instances, router, errors):
     if router:
         claims.append((router["host"], router["port"], "%s/router port" % router["host"]))
         claims.append((router["host"], router["prometheus_port"], "%s/router prometheus_port" % router["host"]))
+        if router.get("front"):
+            claims.append((router["host"], router["listen_port"], "%s/router backend_port" % router["host"]))
     for host, port, label in claims:
         key = (host, port)
         if key in used:
@@ -601,7 +603,13 @@ def _plan_router(profile, instances, hosts_by_name, settings, catalog, version, 
     prom_host = settings.get("prometheus_host") or "127.0.0.1"
     if "--prometheus-port" not in args or args.get("--prometheus-port") in (None, False):
         errors.append("%s: --prometheus-port is not set; expected an explicit port (the default 29000 on 0.0.0.0 collides easily)" % where)
-    ctx = {"model_path": model_path, "router_host": settings.get("router_bind_host") or "0.0.0.0", "router_port": port,
+    bind_host = settings.get("router_bind_host") or "0.0.0.0"
+    front_on = bool((settings.get("router_front") or {}).get("enabled"))
+    # behind the front (issue 32) the router listens on loopback only, on backend_port; the front owns `port`
+    listen_host, listen_port = ("127.0.0.1", rspec.get("backend_port")) if front_on else (bind_host, port)
+    if front_on:
+        _check_tcp_port(where, "backend_port (the router's own port behind its front)", listen_port, errors)
+    ctx = {"model_path": model_path, "router_host": listen_host, "router_port": listen_port,
            "prometheus_host": prom_host, "prometheus_port": prom_port}
     if catalog is not None:
         known = {k: v for k, v in args.items() if v not in LIST_PLACEHOLDERS}
@@ -613,14 +621,48 @@ def _plan_router(profile, instances, hosts_by_name, settings, catalog, version, 
         argv_args += ["--api-key", API_KEY_TOKEN]
     python = str(settings.get("router_python") or "/opt/sglang-router/{version}/bin/python").replace("{version}", version)
     address = rhost.get("address") or rhost["name"]
+    prefix = settings.get("unit_prefix") or "sglang"
+    local_host = "127.0.0.1" if listen_host in ("0.0.0.0", "::", "") else listen_host
+    front = _plan_front(settings.get("router_front") or {}, args, prefix, bind_host, port, listen_port) if front_on else None
     return {
         "host": rhost["name"], "address": address, "port": port, "prometheus_host": prom_host, "prometheus_port": prom_port,
         "version": version, "url": "http://%s:%s" % (address, port), "args": argv_args,
         "argv": [python, "-m", "sglang_router.launch_router"] + argv_args,
-        "unit_name": "%s-router.service" % (settings.get("unit_prefix") or "sglang"),
+        "unit_name": "%s-router.service" % prefix,
         "env_file": "%s/router.env" % str(settings.get("env_dir") or "/etc/sglang").rstrip("/"),
         "workers": _router_workers(instances),
+        # where the router process itself listens, and the URL the role's own calls use on the router host
+        "listen_host": listen_host, "listen_port": listen_port,
+        "local_url": "http://%s:%s" % ("[%s]" % local_host if ":" in str(local_host) else local_host, listen_port),
+        "front": front,
     }
+
+
+# sglang-router 0.3.2 defaults (router-0.3.2-help.txt): --request-timeout-secs 1800, --queue-timeout-secs 60,
+# --retry-max-retries 5 (attempts in all, ../shared/reference/sglang-router-contract.md §7)
+ROUTER_REQUEST_TIMEOUT_DEFAULT = 1800
+ROUTER_QUEUE_TIMEOUT_DEFAULT = 60
+ROUTER_ATTEMPTS_DEFAULT = 5
+
+
+def front_timeout_s(args):
+    """The front's client/server inactivity timeout: longer than the router can keep a request (its queue timeout,
+    then every attempt's request timeout), plus a minute; otherwise the front would cut a long request the router
+    still serves."""
+    request = _int_arg(args, "--request-timeout-secs", None) or ROUTER_REQUEST_TIMEOUT_DEFAULT
+    queue = _int_arg(args, "--queue-timeout-secs", None) or ROUTER_QUEUE_TIMEOUT_DEFAULT
+    attempts = 1 if args.get("--disable-retries") else (_int_arg(args, "--retry-max-retries", None) or ROUTER_ATTEMPTS_DEFAULT)
+    return queue + request * max(attempts, 1) + 60
+
+
+def _plan_front(cfg, args, prefix, bind_host, port, backend_port):
+    """The router's front (issue 32): HAProxy owns the public port and forwards to the router on loopback; while the
+    router restarts (a key added or removed, a new version, a flag) a connection it refuses is retried every second
+    for `retries` seconds (HAProxy retries + its 1 s turn-around), so no client sees a refused connection."""
+    return {"unit_name": "%s-router-front.service" % prefix, "config": cfg.get("config") or "/etc/haproxy/%s-router-front.cfg" % prefix,
+            "bind_host": bind_host, "port": port, "backend": "127.0.0.1:%s" % backend_port,
+            "health_path": cfg.get("health_path") or "/front-health", "retries": int(cfg.get("retries") or 10),
+            "timeout_s": front_timeout_s(args), "user": cfg.get("user") or "haproxy"}
 
 
 # --- the plan as the units carry it ---------------------------------------------------------------------------------
@@ -769,11 +811,25 @@ def instance_view(inst, unit_text, env_text, unit_dir="/etc/systemd/system"):
     return view
 
 
+def front_view(router, unit_text, config_text, unit_dir="/etc/systemd/system"):
+    """What the router's front (build_plan's router.front) runs: its unit and its HAProxy config (in env_lines: the
+    config's lines without comments; the config holds no secret)."""
+    front = router["front"]
+    view = _view("front", "%s/%s" % (unit_dir, front["unit_name"]), unit_text, front["config"], config_text)
+    view.update({k: front.get(k) for k in ("unit_name", "port", "bind_host", "backend", "health_path", "retries",
+                                           "timeout_s")})
+    view.update({"host": router["host"], "address": router["address"], "url": router["url"],
+                 "id": "%s/router-front" % router["host"], "name": "router-front"})
+    return view
+
+
 def router_view(router, unit_text, env_text, unit_dir="/etc/systemd/system"):
     """What the planned router (build_plan's router) runs, with the lines of its rendered unit and env file."""
     view = _view("router", "%s/%s" % (unit_dir, router["unit_name"]), unit_text, router["env_file"], env_text)
     view.update({k: router.get(k) for k in ("host", "address", "version", "port", "prometheus_host",
-                                            "prometheus_port", "url", "unit_name", "workers")})
+                                            "prometheus_port", "url", "unit_name", "workers", "listen_host",
+                                            "listen_port")})
+    view["front"] = bool(router.get("front"))
     view["id"] = "%s/router" % router["host"]
     view["name"] = "router"
     return view
@@ -800,12 +856,21 @@ def _block_lines(title, path, lines):
 
 def view_text(view):
     """The text block of one view (see plan_text)."""
+    files = "env file"
     if view["kind"] == "router":
-        head = ["%s router: sglang-router %s, port %s, metrics %s:%s, URL %s" % (
-            view["host"], view["version"], view["port"], view["prometheus_host"], view["prometheus_port"], view["url"])]
+        where = ("port %s" % view["port"]) if not view.get("front") else (
+            "listens %s:%s behind its front (public port %s)" % (view["listen_host"], view["listen_port"], view["port"]))
+        head = ["%s router: sglang-router %s, %s, metrics %s:%s, URL %s" % (
+            view["host"], view["version"], where, view["prometheus_host"], view["prometheus_port"], view["url"])]
         head += ["  worker %s %s%s" % (w.get("worker_type"), w.get("url"),
                                        (" bootstrap %s" % w["bootstrap_port"]) if w.get("bootstrap_port") else "")
                  for w in view.get("workers") or []]
+    elif view["kind"] == "front":
+        files = "config"
+        head = ["%s router front: haproxy, port %s:%s -> the router at %s, a refused connection retried %s x 1 s, "
+                "health %s, timeouts %s s, URL %s" % (view["host"], view["bind_host"], view["port"], view["backend"],
+                                                      view["retries"], view["health_path"], view["timeout_s"],
+                                                      view["url"])]
     else:
         ports = ["port %s" % view["port"]] + ["%s %s" % (k.replace("_", " "), view[k])
                                               for k in ("nccl_port", "bootstrap_port") if view.get(k) is not None]
@@ -813,7 +878,7 @@ def view_text(view):
             view["host"], view["name"], view["role"], view["profile"], view["version"], view["cuda_visible_devices"],
             ", ".join(ports), ",".join(view.get("ib_devices") or []) or "none", view["url"])]
     lines = head + _block_lines("unit", view["unit_path"], view["unit_lines"])
-    lines += _block_lines("env file", view["env_file"], view["env_lines"])
+    lines += _block_lines(files, view["env_file"], view["env_lines"])
     prefix = (", prefix " + view["exec_prefix"]) if view["exec_prefix"] else ""
     lines += ["  argv (ExecStart= as systemd splits it%s)" % prefix]
     lines += argv_display(view["argv"])
