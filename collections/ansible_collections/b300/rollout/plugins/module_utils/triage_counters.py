@@ -124,8 +124,10 @@ def read_port(sysfs_root, dev, port="1"):
     sc, sn = parse_state(_read(os.path.join(p, "state")))
     pc, pn = parse_state(_read(os.path.join(p, "phys_state")))
     rate = _read(os.path.join(p, "rate"))
+    lid = _read(os.path.join(p, "lid"))
     return {"device": dev, "port": str(port), "state": sn, "state_code": sc, "phys_state": pn, "phys_state_code": pc,
             "rate": rate, "rate_gbps": parse_rate_gbps(rate), "link_layer": _read(os.path.join(p, "link_layer")),
+            "lid": int(lid, 16) if lid and re.match(r"^0x[0-9a-fA-F]+$", lid) else None,
             "counters": _counters_dir(os.path.join(p, "counters")),
             "hw_counters": _counters_dir(os.path.join(p, "hw_counters"))}
 

@@ -2,13 +2,17 @@
 """Kernel-log scan of the on-call triage: the RDMA / GPU signatures a hang leaves behind (stdlib only).
 
 Reads the text of ``journalctl -k -o short-iso`` (also plain ``journalctl -k``), ``dmesg`` (``[  12.34]``,
-``--time-format iso``, ``-T``) and pdsh-prefixed dmesg (``host: [ 12.34] ...``), and classifies the lines the
-triage rules judge. Patterns and rules: ``../shared/reference/oncall-triage-anchors.md`` R1 (kernel message formats
-from the mlx5 driver's ``cmd.c`` / ``health.c``, gpud's kmsg matchers, azhpc's flap rule, the NVIDIA Xid catalog).
+``--time-format iso``, ``-T``), syslog, raw ``/dev/kmsg`` records, pdsh-prefixed dmesg (``host: [ 12.34] ...``) and
+text a mail client or a reporter wrapped or quoted (:func:`logical_lines`: one message over several lines is one
+event), and classifies the lines the triage rules judge. Patterns and rules: ``../shared/reference/
+oncall-triage-anchors.md`` R1 (kernel message formats from the mlx5 driver's ``cmd.c`` / ``health.c``, gpud's kmsg
+matchers, azhpc's flap rule, the NVIDIA Xid catalog) and ``docs/triage-real-world.md`` (PCIe AER records of
+``aer.c``, pciehp / DPC / probe-time bandwidth lines, Ethernet-mode link lines, failed mlx5 commands and probes).
 
-:func:`parse_line` -> one event or None; :func:`scan` -> events grouped per device with count, first/last time and a
-raw example line; :func:`attribute` maps ``mlx5_core <BDF>`` to ``mlx5_N`` and its nearest GPU, an IPoIB netdev to
-its ``mlx5_N``, and ``NVRM: Xid (PCI:...)`` to the GPU index.
+:func:`parse_line` -> one event or None; :func:`parse` -> the events of a text (an AER record's lines joined into one
+event); :func:`scan` -> events grouped per device with count, first/last time and raw example lines;
+:func:`attribute` maps ``mlx5_core <BDF>`` to ``mlx5_N`` and its nearest GPU, a netdev to its ``mlx5_N``, ``NVRM:
+Xid (PCI:...)`` to the GPU index, and an event of a PCIe port to the data NICs and GPUs below it.
 """
 from __future__ import annotations
 
@@ -533,7 +537,7 @@ def attribute(ev, maps):
 
 def scan(text, maps=None, max_examples=3):
     """Group the events of a kernel-log text: {device: {kind: {count, first, last, subs: {sub: n}, codes: {code: n},
-    examples: [raw lines], gpu, via: [ports]}}} plus the flat event list. An event on a PCIe port above several
+    sub_codes: {sub: {code: n}}, examples: [raw lines], gpu, via: [ports]}}} plus the flat event list. An event on a PCIe port above several
     devices is counted on each of them. ``maps``: :func:`device_maps` (None: no attribution)."""
     maps = maps or device_maps()
     events = parse(text)
@@ -551,6 +555,8 @@ def scan(text, maps=None, max_examples=3):
             if ev.get("code") is not None:
                 key = str(ev["code"])
                 g["codes"][key] = g["codes"].get(key, 0) + 1
+                sc = g.setdefault("sub_codes", {}).setdefault(str(ev["sub"]), {})
+                sc[key] = sc.get(key, 0) + 1
             if ev.get("via") and ev["via"] not in g["via"]:
                 g["via"].append(ev["via"])
             if len(g["examples"]) < max_examples:
