@@ -846,16 +846,16 @@ def nccl_warn_findings(warns, default_dev):
 
 
 # --------------------------------------------------------------------------- pasted evidence (--evidence)
-def evidence_rules(ev, expected_by_nic):
+def evidence_rules(pasted, expected_by_nic):
     """Findings from the pasted files (``triage_evidence.read_evidence``; its kernel-log part is merged into the
     kernel-log rules by the caller). Pasted counters are since their last clear, their growth is unknown: a fault
     counter non-zero is a suspicion with its value (R4's since-boot rule)."""
     out = []
-    for path, w in ev.get("nccl") or []:
+    for path, w in pasted.get("nccl") or []:
         for f in nccl_warn_findings(w, "host"):
             f["evidence"] = f["evidence"] + ["(from %s)" % path]
             out.append(f)
-    for path, r in ev.get("perftest") or []:
+    for path, r in pasted.get("perftest") or []:
         gbps = perftest_gbps(r)
         dev = r.get("device") or "host"
         row = r.get("largest") or {}
@@ -864,17 +864,17 @@ def evidence_rules(ev, expected_by_nic):
         # ours: atomics and messages under 64 KiB do not fill a link, they are reported, not judged
         judged = "atomic" not in (r.get("test") or "").lower() and row.get("bytes", 0) >= 65536
         if exp and gbps is not None and judged and gbps < GDR_BW_FRACTION * exp:
-            ev = [what + " (%s)" % path, "unit %s (perftest MB = 2^20 bytes)" % r.get("unit")]
+            shown = [what + " (%s)" % path, "unit %s (perftest MB = 2^20 bytes)" % r.get("unit")]
             out.append(_f(dev, "evidence_perftest", "suspect", "R11a over a pasted run: below %d%% of the line rate "
                           "(azhpc check_ib_bw_gdr); a pasted run's options are not known, so it warns"
-                          % int(GDR_BW_FRACTION * 100), ev,
+                          % int(GDR_BW_FRACTION * 100), shown,
                           "re-run the triage with --traffic on a drained node (GPUDirect loopback through %s)" % dev,
                           "pasted %s %.0f Gb/s of %s" % (r.get("test") or "perftest", gbps, exp), 15))
         else:
             out.append(_f(dev, "evidence_perftest", "ok", "a pasted perftest run (reported)", what + " (%s)" % path,
                           None, "pasted %s %.0f Gb/s" % (r.get("test") or "perftest", gbps or 0), 0))
     fabric = []
-    for p in ev.get("ib_ports") or []:
+    for p in pasted.get("ib_ports") or []:
         bad = {c: v for c, v in (p.get("counters") or {}).items() if v and c in ERROR_COUNTERS}
         if not bad:
             continue
@@ -898,7 +898,7 @@ def evidence_rules(ev, expected_by_nic):
                       "hand the ports to the fabric team (UFM / `ibqueryerrors` again after a clear); check the "
                       "cables of the ports with link errors", "%d fabric ports with error counters in the pasted "
                       "output" % len(fabric), 5))
-    for path, nic, netdev, phy in ev.get("phy") or []:
+    for path, nic, netdev, phy in pasted.get("phy") or []:
         dev = nic or "host"
         for f in nic_phy_counters(dev, phy, phy, 0, "the pasted ethtool -S"):
             f["evidence"] = f["evidence"] + ["ethtool -S %s (%s)" % (netdev or "?", path)]
