@@ -1091,13 +1091,55 @@ def hwemu_scenario(argv):
     return None
 
 
+# `ethtool -S <netdev>` of an mlx5 netdev. Format: ethtool.c do_gstats prints "NIC statistics:" and then one
+# "     %.*s: %llu" line per counter (five spaces, name, colon, value; ethtool.c do_gstats, code index file id
+# 1373379714), as the real captures in
+# tests/fixtures/real-world/ethtool_stats/ show; names and meanings: NVIDIA "Understanding mlx5 ethtool Counters"
+# (docs/triage-real-world.md). An mlx5 IPoIB netdev prints the PHY group too (en/ipoib/ipoib.c mlx5i_stats_grps).
+ETHTOOL_SW = ("rx_packets", "rx_bytes", "tx_packets", "tx_bytes", "rx_csum_complete", "tx_queue_dropped",
+              "rx_out_of_buffer", "rx_if_down_packets")
+ETHTOOL_PHY = ("rx_packets_phy", "rx_bytes_phy", "tx_packets_phy", "tx_bytes_phy", "rx_crc_errors_phy",
+               "rx_in_range_len_errors_phy", "rx_out_of_range_len_phy", "rx_oversize_pkts_phy", "rx_symbol_err_phy",
+               "rx_discards_phy", "tx_discards_phy", "tx_errors_phy", "rx_undersize_pkts_phy", "rx_fragments_phy",
+               "rx_jabbers_phy", "link_down_events_phy", "rx_pcs_symbol_err_phy", "rx_corrected_bits_phy",
+               "rx_err_lane_0_phy", "rx_err_lane_1_phy", "rx_err_lane_2_phy", "rx_err_lane_3_phy",
+               "rx_pci_signal_integrity", "tx_pci_signal_integrity", "outbound_pci_stalled_rd",
+               "outbound_pci_stalled_wr", "module_unplug", "module_bus_stuck", "module_high_temp",
+               "module_bad_shorted")
+
+
+def ethtool(argv):
+    """`ethtool -S NETDEV` (read only): the mlx5 software and PHY counters of a NIC's netdev. Healthy: no error, a
+    few FEC-corrected bits on the data NICs (a PAM4 link corrects some); a scenario's st["triage"]["phy"][nic] and
+    the test hook state/ethtool.json ({netdev: {counter: value}}) add to them. Other ethtool options are refused."""
+    st = load_state()
+    if len(argv) != 2 or argv[0] not in ("-S", "--statistics"):
+        die("ethtool (hwemu stand-in): only `ethtool -S NETDEV` is emulated", 1)
+    nic = next((n for n in (st or {}).get("nics") or [] if n["netdev"] == argv[1]), None)
+    if nic is None:
+        die("Cannot get stats strings information: No such device", 96)   # ethtool.c do_gstats: perror, 96
+    vals = {c: 0 for c in ETHTOOL_SW + ETHTOOL_PHY}
+    vals.update({"rx_packets": 48213, "tx_packets": 47991, "rx_bytes": 9104520, "tx_bytes": 8962214,
+                 "rx_packets_phy": 48213, "tx_packets_phy": 47991, "rx_bytes_phy": 9297372, "tx_bytes_phy": 9154178,
+                 "rx_corrected_bits_phy": 112 if nic["role"] == "data" else 0})
+    for c, v in (st["triage"].get("phy", {}).get(nic["name"]) or {}).items():
+        vals[c] = vals.get(c, 0) + int(v)
+    try:
+        with open(os.path.join(state_dir(), "ethtool.json")) as fh:
+            for c, v in (json.load(fh).get(nic["netdev"]) or {}).items():
+                vals[c] = vals.get(c, 0) + int(v)
+    except (OSError, ValueError):
+        pass
+    return out("NIC statistics:\n" + "".join("     %s: %d\n" % (c, vals[c]) for c in vals))
+
+
 TOOLS = {
     "nvidia-smi": nvidia_smi, "ibstat": ibstat, "ibv_devinfo": ibv_devinfo, "mlxfwmanager": mlxfwmanager,
     "mlxup": lambda a: mlxfwmanager(a, "mlxup"), "ofed_info": ofed_info, "modinfo": modinfo, "flint": flint,
     "mstflint": lambda a: flint(a, "mstflint"), "all_reduce_perf": run_all_reduce, "mpirun": mpirun,
     "gpu_burn": gpu_burn, "gpu-burn": gpu_burn, "hwemu-scenario": hwemu_scenario,
     "nvidia-modprobe": nvidia_modprobe, "journalctl": journalctl, "dmesg": dmesg, "devlink": devlink,
-    "lspci": lspci, "setpci": setpci, "lsmod": lsmod, "ib_write_bw": ib_write_bw,
+    "lspci": lspci, "setpci": setpci, "lsmod": lsmod, "ib_write_bw": ib_write_bw, "ethtool": ethtool,
 }
 
 

@@ -371,6 +371,21 @@ def test_triage_devlink_lspci_setpci_lsmod(emu):
     assert "iommu=pt" in (emu.dir / "proc" / "cmdline").read_text()
 
 
+
+def test_triage_ethtool_stats_stand_in(emu, tmp_path):
+    nd = "ibp%ds0" % (model.GPU_BUSES[2] + 2)
+    txt = emu("ethtool", "-S", nd, scenario="healthy").stdout
+    lines = txt.splitlines()
+    # ethtool.c do_gstats: "NIC statistics:" then "     name: value" (the real captures' form)
+    assert lines[0] == "NIC statistics:" and all(re.match(r"^     [a-z0-9_]+: \d+$", ln) for ln in lines[1:])
+    assert "     rx_crc_errors_phy: 0" in lines and "     link_down_events_phy: 0" in lines
+    assert "     rx_corrected_bits_phy: 112" in lines
+    (emu.dir / "state" / "ethtool.json").write_text(json.dumps({nd: {"rx_symbol_err_phy": 7}}))
+    assert "     rx_symbol_err_phy: 7" in emu("ethtool", "-S", nd).stdout.splitlines()
+    bad = emu("ethtool", "-S", "nosuch0", check=False)
+    assert bad.returncode == 96 and bad.stderr == "Cannot get stats strings information: No such device\n"
+    assert emu("ethtool", "-s", nd, "speed", "100", check=False).returncode == 1   # nothing but -S is emulated
+
 def test_triage_sysfs_overlay_counters_links_aer(emu):
     emu("hwemu-scenario", "ib_port_flap")
     tree = emu.dir / "sys"

@@ -33,6 +33,8 @@ EXTERNAL_CALLS = {
     "int": "Python's int",
     "ServerArgs": "SGLang's server argument class",
     "get_bin_path": "AnsibleModule.get_bin_path",
+    "ibv_event_type_str": "rdma-core's libibverbs (enum_strs.c), the text of an async event in NCCL's warning",
+    "what": "C++ std::exception::what(), in PyTorch's terminate message",
 }
 
 

@@ -1,5 +1,6 @@
 """The triage's parsers on REAL published text (tests/fixtures/real-world/{kmsg,devlink_health,nccl_warn,perftest,
-rdma_counters}/), each compared with the answer written from the raw text."""
+rdma_counters,ibqueryerrors,perfquery,ethtool_stats}/), each compared with the answer written from the raw text
+(SOURCES.md beside the fixtures says how an answer is read from a text)."""
 import json
 import pathlib
 
@@ -12,6 +13,10 @@ from ansible_collections.b300.rollout.plugins.module_utils import triage_traffic
 ROOT = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "real-world"
 
 
+KINDS = ("kmsg", "devlink_health", "nccl_warn", "perftest", "rdma_counters", "ibqueryerrors", "perfquery",
+         "ethtool_stats")
+
+
 def cases(kind):
     return sorted((ROOT / kind).glob("*.txt"))
 
@@ -20,8 +25,20 @@ def answer(p):
     return json.loads(p.with_name(p.stem + ".answer.json").read_text())
 
 
+def same(got, want, where):
+    """every key the answer states has the answer's value (the answer lists what the text says, not every field)"""
+    for k, v in want.items():
+        assert got.get(k) == v, (where, k, got.get(k), v)
+
+
+def same_list(got, want, where):
+    assert len(got) == len(want), (where, [g.get("raw", g) for g in got])
+    for i, (g, w) in enumerate(zip(got, want)):
+        same(g, w, "%s[%d]" % (where, i))
+
+
 def test_every_kind_has_fixtures_and_sources():
-    for kind in ("kmsg", "devlink_health", "nccl_warn", "perftest", "rdma_counters"):
+    for kind in KINDS:
         fx = cases(kind)
         assert fx, kind
         src = (ROOT / kind / "SOURCES.md").read_text()
@@ -59,6 +76,8 @@ def test_kmsg(path):
         got = [e for e in events if e["kind"] == "xid"]
         assert got and got[0]["code"] == want["code"] and got[0]["gpu_pci"] == want["gpu_pci"]
         assert got[0]["meaning"] == want["meaning"] and got[0]["action"] == want["action"]
+    if "list" in ans:
+        same_list(events, ans["list"], path.name)
 
 
 def test_kmsg_attribution_maps_bdf_and_name_to_the_nic_and_its_gpu():
@@ -108,6 +127,12 @@ def test_nccl_warn(path):
         for k, v in a.items():
             assert g[k] == v, (k, g)
         assert g["raw"] and (g["hint"] or g["status"] not in tt.WC_HINT)
+    for key in ("async_events", "ibv_failures", "comm_errors", "watchdog", "gdr_events", "gdr_gpu"):
+        if key in ans:
+            same_list(got.get(key) or [], ans[key], key)
+    for key in ("gdr", "network", "ib_no_device"):
+        if key in ans:
+            assert got.get(key) == ans[key], (key, got.get(key))
 
 
 @pytest.mark.parametrize("path", cases("perftest"), ids=lambda p: p.name)
@@ -123,6 +148,41 @@ def test_perftest(path):
             assert got["largest"][k] == v
     if "cuda_name" in ans:
         assert got["cuda_name"] == ans["cuda_name"]
+    if "runs" in ans:
+        runs = got.get("runs") or []
+        assert len(runs) == len(ans["runs"]), [r.get("test") for r in runs]
+        for r, a in zip(runs, ans["runs"]):
+            assert len(r["rows"]) == a["rows"] and tt.perftest_gbps(r) == a["gbps"], (a["test"], r.get("unit"))
+            same(r, {k: v for k, v in a.items() if k not in ("rows", "gbps", "largest")}, a["test"])
+            same(r["largest"], a["largest"], a["test"])
+
+
+@pytest.mark.parametrize("path", cases("ibqueryerrors"), ids=lambda p: p.name)
+def test_ibqueryerrors(path):
+    ans = answer(path)
+    got = tc.parse_ibqueryerrors(path.read_text())
+    same_list(got["ports"], ans["ports"], path.name)
+    if "summary" in ans:
+        same(got["summary"], ans["summary"], "summary")
+
+
+@pytest.mark.parametrize("path", cases("perfquery"), ids=lambda p: p.name)
+def test_perfquery(path):
+    ans = answer(path)
+    got = tc.parse_perfquery(path.read_text())
+    assert len(got) == len(ans["blocks"])
+    for g, a in zip(got, ans["blocks"]):
+        assert len(g["counters"]) == a["counters_n"], sorted(g["counters"])
+        same(g, {k: v for k, v in a.items() if k not in ("counters", "counters_n")}, path.name)
+        same(g["counters"], a["counters"], path.name)
+
+
+@pytest.mark.parametrize("path", cases("ethtool_stats"), ids=lambda p: p.name)
+def test_ethtool_stats(path):
+    ans = answer(path)
+    got = tc.parse_ethtool_stats(path.read_text())
+    assert len(got) == ans["counters_n"], sorted(got)
+    same(got, ans["counters"], path.name)
 
 
 @pytest.mark.parametrize("path", cases("rdma_counters"), ids=lambda p: p.name)
@@ -143,11 +203,18 @@ COPIES = {
     "no_final_newline": lambda t: t.rstrip("\r\n"),
 }
 PARSE = {
-    "kmsg": lambda t: [(e["kind"], e["sub"], e["code"], e["bdf"], e["name"], e["gpu_pci"]) for e in tk.parse(t)],
+    "kmsg": lambda t: [(e["kind"], e["sub"], e["code"], e["bdf"], e["name"], e["netdev"], e["gpu_pci"], e.get("errors"))
+                       for e in tk.parse(t)],
     "devlink_health": tc.parse_devlink_health,
-    "nccl_warn": lambda t: [(c["status"], c["hca"], c["vendor_err"]) for c in tt.parse_nccl_warns(t)["completions"]],
-    "perftest": lambda t: (tt.parse_perftest(t)["rows"], tt.parse_perftest(t)["cuda_device"]),
+    "nccl_warn": lambda t: ([(c["status"], c["hca"], c["vendor_err"]) for c in tt.parse_nccl_warns(t)["completions"]],
+                           [(a["hca"], a["text"]) for a in tt.parse_nccl_warns(t)["async_events"]],
+                           tt.parse_nccl_warns(t).get("watchdog"), tt.parse_nccl_warns(t).get("gdr")),
+    "perftest": lambda t: (tt.parse_perftest(t)["rows"], tt.parse_perftest(t)["cuda_device"],
+                          [(r["test"], r["rows"]) for r in tt.parse_perftest(t).get("runs") or []]),
     "rdma_counters": tc.parse_rdma_stat,
+    "ibqueryerrors": lambda t: tc.parse_ibqueryerrors(t),
+    "perfquery": lambda t: tc.parse_perfquery(t),
+    "ethtool_stats": lambda t: tc.parse_ethtool_stats(t),
 }
 
 

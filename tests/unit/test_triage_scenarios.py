@@ -41,7 +41,7 @@ CASES = {
     "ecc_errors": ("GPU 2", "fault", ["recovery action 'GPU Reset'"], {"gpu_recovery_action", "ecc", "remapped_rows"}),
 }
 READ_ONLY_TOOLS = {"nvidia-smi", "mlxfwmanager", "ofed_info", "journalctl", "dmesg", "devlink", "lspci", "setpci",
-                   "lsmod", "systemctl"}
+                   "lsmod", "systemctl", "ethtool"}
 
 
 def tree_digest(root):
@@ -84,6 +84,10 @@ def test_healthy_host_is_all_ok_and_collect_only_reads(tmp_path, monkeypatch):
     tools = {os.path.basename(c[0]) for c in mod.calls}
     assert tools <= READ_ONLY_TOOLS, tools - READ_ONLY_TOOLS
     assert not any(a in c for c in mod.calls for a in ("-u", "burn", "reset", "set"))
+    assert all(c[1] == "-S" for c in mod.calls if os.path.basename(c[0]) == "ethtool")   # statistics only
+    # ethtool -S of every data NIC's netdev, twice (the deltas); healthy: FEC-corrected bits reported, nothing judged
+    assert sorted(col["phy_counters"]) == ["mlx5_%d" % i for i in range(8)] == sorted(col["phy_counters_after"])
+    assert col["phy_counters"]["mlx5_0"]["rx_crc_errors_phy"] == 0 and col["phy_note"] is None
     assert "| every device | ok |" in render_markdown(rep)
 
 
@@ -135,3 +139,54 @@ def test_kernel_log_window_excludes_older_lines(tmp_path, monkeypatch):
     # the 14 lines span ~95 minutes: 30 minutes hold the last 3 pairs at most
     n = col["kernel_log"]["scan"]["devices"]["mlx5_3"]["mlx5_cmd_timeout"]["count"]
     assert 2 <= n <= 6, n
+
+
+# --------------------------------------------------------------------------- ethtool -S PHY counters (emulated)
+def test_phy_counters_growing_during_the_triage_fail_that_nic(tmp_path, monkeypatch):
+    mod, sysfs, proc = emulated_host(tmp_path, "healthy", monkeypatch=monkeypatch)
+    netdev = [d for d in os.listdir(os.path.join(sysfs, "class", "infiniband", "mlx5_4", "device", "net"))][0]
+
+    def errors_while_waiting(_s):   # symbol errors the FEC could not correct, between the two snapshots
+        (tmp_path / "state" / "ethtool.json").write_text('{"%s": {"rx_symbol_err_phy": 40}}' % netdev)
+    col = collect(mod, [BIN], sysfs, proc, "2h", 5, sleep=errors_while_waiting)
+    assert col["phy_counters"]["mlx5_4"]["rx_symbol_err_phy"] == 0
+    assert col["phy_counters_after"]["mlx5_4"]["rx_symbol_err_phy"] == 40
+    rep = judge_fleet({"b300b": {"collection": col}}, ROWS, {}, EXPECTED, since="2h")
+    h = rep["hosts"]["b300b"]
+    assert h["causes"][0]["device"] == "mlx5_4" and h["causes"][0]["verdict"] == "fault"
+    assert "rx_symbol_err_phy +40 during the triage" in h["causes"][0]["sentence"]
+    assert {n for n, d in h["devices"].items() if d["verdict"] != "ok"} == {"mlx5_4"}
+
+
+def test_without_ethtool_the_phy_counters_are_a_note_not_a_finding(tmp_path, monkeypatch):
+    mod, sysfs, proc = emulated_host(tmp_path, "healthy", monkeypatch=monkeypatch)
+    real = mod.get_bin_path
+    monkeypatch.setattr(mod, "get_bin_path", lambda name, *a, **kw: None if name == "ethtool" else real(name, *a, **kw))
+    col = collect(mod, [BIN], sysfs, proc, "2h", 0, sleep=lambda s: None)
+    assert col["phy_counters"] == {} and col["phy_note"] == "ethtool not found: PHY counters not read"
+    assert judge_fleet({"b300b": {"collection": col}}, ROWS, {}, EXPECTED, since="2h")["hosts"]["b300b"]["status"] == "ok"
+
+
+# --------------------------------------------------------------------------- the kernel log's PCIe ports
+def test_pcie_ports_above_each_device_and_a_surprise_down_there(tmp_path, monkeypatch):
+    """pcie_below from the emulated sysfs: the switch port right above mlx5_2 carries only it, the ports further up
+    carry its GPU too. Real AER lines (aer_gpuburn1_replay_timeout_then_surprise_down_xid79.txt of the real-world
+    kmsg fixtures, the port's BDF replaced by that switch port's) on it make mlx5_2 the most likely cause; GPU 2, not
+    below that port, stays ok."""
+    from ansible_collections.b300.rollout.plugins.module_utils import triage_kmsg as tk
+    from ansible_collections.b300.rollout.plugins.module_utils.triage_pcie import upstream_of
+    mod, sysfs, proc = emulated_host(tmp_path, "healthy", monkeypatch=monkeypatch)
+    col = collect(mod, [BIN], sysfs, proc, "2h", 0, sleep=lambda s: None)
+    nic = [d for d in col["rdma_nics"]["devices"] if d["name"] == "mlx5_2"][0]
+    port = upstream_of(sysfs, nic["pci_address"])
+    assert col["pcie_below"][port] == ["mlx5_2"]
+    assert any(set(v) == {"mlx5_2", "GPU 2"} for v in col["pcie_below"].values())
+    raw = (REPO / "tests/fixtures/real-world/kmsg/aer_gpuburn1_replay_timeout_then_surprise_down_xid79.txt").read_text()
+    raw = "\n".join(ln.replace("0000:00:02.0", port) for ln in raw.splitlines() if "pcieport" in ln)
+    maps = tk.device_maps(col["rdma_nics"], col["gpu_topology"], col["nic_gpu"], col["pcie_below"])
+    col["kernel_log"]["scan"] = {"devices": tk.scan(raw, maps)["devices"]}
+    rep = judge_fleet({"b300b": {"collection": col}}, ROWS, {}, EXPECTED, since="2h")
+    top = rep["hosts"]["b300b"]["causes"][0]
+    assert top["device"] == "mlx5_2" and top["verdict"] == "fault"
+    assert top["sentence"].startswith("mlx5_2 (GPU 2's NIC): PCIe fatal AER (Surprise Down Error) on %s above it" % port)
+    assert rep["hosts"]["b300b"]["devices"]["GPU 2"]["verdict"] == "ok"

@@ -2,10 +2,11 @@
 """What the triage reads on one host, read-only (the ``triage_collect`` module's logic).
 
 Order (``../shared/reference/oncall-triage-anchors.md`` section 2: passive reads first, counters snapshotted so the
-deltas cover the triage): counters of every data NIC (IB port ``counters/`` and ``hw_counters/``), AER of every
-device on each GPU<->NIC path, ``nvidia-smi -q -x``; then the facts (rdma_nics with mlxfwmanager, gpu_topology),
-the kernel log since the window, devlink health, ACS on the path bridges, IOMMU, GPUDirect, the serving units; then,
-at least ``delta_window_s`` after the first snapshot, the same counters again.
+deltas cover the triage): counters of every data NIC (IB port ``counters/`` and ``hw_counters/``, the PHY counters
+of ``ethtool -S <netdev>``), AER of every device on each GPU<->NIC path, ``nvidia-smi -q -x``; then the facts
+(rdma_nics with mlxfwmanager, gpu_topology), the kernel log since the window (an AER or link event of a PCIe port is
+charged to the data NICs and GPUs below it), devlink health, ACS on the path bridges, IOMMU, GPUDirect, the serving
+units; then, at least ``delta_window_s`` after the first snapshot, the same counters again.
 
 Every command is an argument list run through the caller's ``run(argv)`` (AnsibleModule.run_command in the module);
 tools are looked up in ``bin_path`` first (the sandbox's emulated hardware), then PATH. Nothing is written.
@@ -21,7 +22,7 @@ import time
 from ansible_collections.b300.rollout.plugins.module_utils import triage_counters as tc
 from ansible_collections.b300.rollout.plugins.module_utils import triage_kmsg as tk
 from ansible_collections.b300.rollout.plugins.module_utils import triage_pcie as tp
-from ansible_collections.b300.rollout.plugins.module_utils.affinity import nic_distance
+from ansible_collections.b300.rollout.plugins.module_utils.affinity import nic_distance, pci_path
 from ansible_collections.b300.rollout.plugins.module_utils.tools import ToolError, find_tool, gather_gpu_topology, \
     gather_rdma_nics
 from ansible_collections.b300.rollout.plugins.module_utils.triage_gpu import parse_gpu_extras
@@ -152,6 +153,41 @@ def snapshot(sysfs_root, nics, pcie_bdfs):
             "aer": {b: tp.read_aer(sysfs_root, b) for b in pcie_bdfs}, "epoch": time.time()}
 
 
+def pcie_below(sysfs_root, devices):
+    """{port BDF: [devices below it]} for the PCI bridges and ports on each device's path to its root complex
+    (``devices``: [(name, bdf)]): a kernel-log AER or link event of such a port is charged to the devices below it."""
+    out = {}
+    for name, bdf in devices:
+        for p in pci_path(sysfs_root, bdf)[:-1]:
+            if not p.startswith("pci"):
+                lst = out.setdefault(p.lower(), [])
+                if name not in lst:
+                    lst.append(name)
+    return out
+
+
+def read_phy_counters(run, find, nics):
+    """({nic: PHY counters}, note): ``ethtool -S <netdev>`` of each data NIC's first netdev (an IPoIB netdev of mlx5
+    carries the PHY group too, en/ipoib/ipoib.c mlx5i_stats_grps); a NIC whose netdev prints none is left out.
+    ethtool missing is a note, not an error (the sysfs counters are read anyway)."""
+    et = find("ethtool")
+    if not et:
+        return {}, "ethtool not found: PHY counters not read"
+    out, notes = {}, []
+    for d in nics:
+        nds = d.get("netdevs") or []
+        if not nds:
+            continue
+        rc, txt, err = run([et, "-S", nds[0]])
+        if rc != 0:
+            notes.append("ethtool -S %s rc %s: %s" % (nds[0], rc, (err or txt).strip()[:120]))
+            continue
+        phy = tc.phy_counters(tc.parse_ethtool_stats(txt))
+        if phy:
+            out[d["name"]] = phy
+    return out, "; ".join(notes) or None
+
+
 def collect(module, bin_path=None, sysfs_root="/sys", proc_root="/proc", since="2h", delta_window_s=10.0,
             fabric_manager_devices=(), serving_unit_pattern="sglang-*", read_kernel=True, run=None, sleep=time.sleep):
     """The collection of one host (see the module docstring). ``module``: an AnsibleModule (run_command,
@@ -199,6 +235,7 @@ def collect(module, bin_path=None, sysfs_root="/sys", proc_root="/proc", since="
             if b not in pcie:
                 pcie[b] = {"role": "bridge", "of": None, "between": ["GPU %d" % gi, d["name"]]}
     snap0 = snapshot(sysfs_root, [d["name"] for d in data], sorted(pcie))
+    phy0, phy_note = read_phy_counters(run, find, data)
     extras = extras_after = None
     if raw.get("smi_xml"):
         try:
@@ -218,9 +255,11 @@ def collect(module, bin_path=None, sysfs_root="/sys", proc_root="/proc", since="
             pcie[up] = {"role": "upstream", "of": None, "link": tp.read_link(sysfs_root, up), "aer": None,
                         "upstream": None}
     kernel = {"source": None, "error": None, "lines": [], "scan": {"devices": {}}, "since": since}
+    below = pcie_below(sysfs_root, [(d["name"], d["pci_address"]) for d in data if d.get("pci_address")] +
+                       [("GPU %d" % gi, b) for gi, b in sorted(gpu_pci.items()) if b])
     if read_kernel:
         src, text, err = read_kernel_log(run, find, since_s, now=t0)
-        maps = tk.device_maps(rdma, gpu, nic_gpu)
+        maps = tk.device_maps(rdma, gpu, nic_gpu, below)
         sc = tk.scan(text, maps)
         kernel.update(source=src, error=err, scan={"devices": sc["devices"]},
                       lines=[e["raw"] for e in sc["events"]][-KERNEL_LINES_KEPT:])
@@ -250,6 +289,7 @@ def collect(module, bin_path=None, sysfs_root="/sys", proc_root="/proc", since="
     if wait > 0:
         sleep(wait)
     snap1 = snapshot(sysfs_root, [d["name"] for d in data], sorted(b for b, e in pcie.items() if e["role"] != "upstream"))
+    phy1, _note = read_phy_counters(run, find, data) if phy0 else ({}, None)
     smi = find("nvidia-smi")
     if smi and extras is not None:
         rc, out, _err = run([smi, "-q", "-x"])
@@ -264,6 +304,7 @@ def collect(module, bin_path=None, sysfs_root="/sys", proc_root="/proc", since="
         "rdma_nics": rdma, "gpu_topology": gpu, "gpu_extras": extras, "gpu_extras_after": extras_after,
         "nic_gpu": nic_gpu, "ports": snap0["ports"], "ports_after": snap1["ports"],
         "pcie": pcie, "pcie_after": {b: {"aer": a} for b, a in snap1["aer"].items()},
+        "pcie_below": below, "phy_counters": phy0, "phy_counters_after": phy1, "phy_note": phy_note,
         "kernel_log": kernel, "devlink": devlink, "iommu": iommu, "gdr": gdr, "serving_units": units,
         "errors": errors, "duration_s": round(time.time() - t0, 2),
     }

@@ -6,7 +6,11 @@ Sources (``../shared/reference/oncall-triage-anchors.md`` R2-R5):
     ``hw_counters/*`` (mlx5 RDMA transport counters) -- :func:`read_port`;
   * ``rdma statistic show`` text (``link mlx5_0/1 rx_write_requests 0 ...``) -- `parse_rdma_stat`;
   * ``devlink health show`` text and ``devlink -j health show`` JSON -- :func:`parse_devlink_health`;
-    ``devlink health diagnose ... reporter fw`` (``Syndrome: N``) -- :func:`parse_devlink_diagnose`.
+    ``devlink health diagnose ... reporter fw`` (``Syndrome: N``) -- :func:`parse_devlink_diagnose`;
+  * the same IB port counters as on-call engineers collect them: ``perfquery [-x]`` (:func:`parse_perfquery`) and
+    ``ibqueryerrors`` (:func:`parse_ibqueryerrors`), their PMA names mapped to the sysfs names above
+    (:data:`PMA_TO_SYSFS`); ``ethtool -S <netdev>`` of an mlx5 netdev (:func:`parse_ethtool_stats`) and the PHY
+    counters the rules judge (:data:`ETH_PHY_FAULT`, :data:`ETH_PHY_SUSPECT`, :func:`phy_counters`).
 """
 from __future__ import annotations
 
@@ -28,6 +32,47 @@ HW_COUNTERS_FAULT = ("local_ack_timeout_err", "packet_seq_err")
 HW_COUNTERS_SUSPECT = ("out_of_sequence", "implied_nak_seq_err", "rnr_nak_retry_err", "req_cqe_error",
                        "req_cqe_flush_error", "resp_cqe_error", "req_remote_access_errors", "resp_remote_access_errors",
                        "req_transport_retries_exceeded", "out_of_buffer", "duplicate_request")
+
+
+# ethtool -S PHY counters of mlx5 netdevs (NVIDIA "Understanding mlx5 ethtool Counters"; docs/triage-real-world.md):
+# growth of these during the triage fails the NIC like link_downed / symbol_error do (R4, ours for the Ethernet names):
+# link down events, FCS (CRC) errors and symbol errors the FEC could not correct
+ETH_PHY_FAULT = ("link_down_events_phy", "rx_crc_errors_phy", "rx_symbol_err_phy", "rx_pcs_symbol_err_phy")
+# growth of these is a suspicion: discards (buffer / congestion), bad frames, PCIe signal integrity of the NIC's link
+ETH_PHY_SUSPECT = ("rx_discards_phy", "tx_discards_phy", "tx_errors_phy", "rx_in_range_len_errors_phy",
+                   "rx_out_of_range_len_phy", "rx_undersize_pkts_phy", "rx_fragments_phy", "rx_jabbers_phy",
+                   "rx_pci_signal_integrity", "tx_pci_signal_integrity", "outbound_pci_stalled_rd",
+                   "outbound_pci_stalled_wr", "module_bus_stuck", "module_high_temp", "module_bad_shorted")
+# reported, never judged: bits the FEC corrected and the per-lane errors before FEC (a healthy PAM4 link has some)
+ETH_PHY_REPORT = ("rx_corrected_bits_phy", "rx_err_lane_0_phy", "rx_err_lane_1_phy", "rx_err_lane_2_phy",
+                  "rx_err_lane_3_phy")
+
+# PMA counter names (IBTA vol. 1 16.1.3.5 PortCounters / 16.1.4.11 PortCountersExtended, as perfquery and
+# ibqueryerrors print them; old infiniband-diags spellings too) -> the sysfs names of ports/<p>/counters/
+PMA_TO_SYSFS = {
+    "SymbolErrorCounter": "symbol_error", "SymbolErrors": "symbol_error",
+    "LinkErrorRecoveryCounter": "link_error_recovery", "LinkRecovers": "link_error_recovery",
+    "LinkDownedCounter": "link_downed", "LinkDowned": "link_downed",
+    "PortRcvErrors": "port_rcv_errors", "RcvErrors": "port_rcv_errors",
+    "PortRcvRemotePhysicalErrors": "port_rcv_remote_physical_errors", "RcvRemotePhysErrors": "port_rcv_remote_physical_errors",
+    "PortRcvSwitchRelayErrors": "port_rcv_switch_relay_errors", "RcvSwRelayErrors": "port_rcv_switch_relay_errors",
+    "PortXmitDiscards": "port_xmit_discards", "XmtDiscards": "port_xmit_discards",
+    "PortXmitConstraintErrors": "port_xmit_constraint_errors", "XmtConstraintErrors": "port_xmit_constraint_errors",
+    "PortRcvConstraintErrors": "port_rcv_constraint_errors", "RcvConstraintErrors": "port_rcv_constraint_errors",
+    "LocalLinkIntegrityErrors": "local_link_integrity_errors", "LinkIntegrityErrors": "local_link_integrity_errors",
+    "ExcessiveBufferOverrunErrors": "excessive_buffer_overrun_errors", "ExcBufOverrunErrors": "excessive_buffer_overrun_errors",
+    "VL15Dropped": "VL15_dropped", "PortXmitWait": "port_xmit_wait", "XmtWait": "port_xmit_wait",
+    "PortXmitData": "port_xmit_data", "XmtData": "port_xmit_data", "PortRcvData": "port_rcv_data", "RcvData": "port_rcv_data",
+    "PortXmitPkts": "port_xmit_packets", "XmtPkts": "port_xmit_packets", "PortRcvPkts": "port_rcv_packets",
+    "RcvPkts": "port_rcv_packets", "PortUnicastXmitPkts": "unicast_xmit_packets",
+    "PortUnicastRcvPkts": "unicast_rcv_packets", "PortMulticastXmitPkts": "multicast_xmit_packets",
+    "PortMulticastRcvPkts": "multicast_rcv_packets",
+}
+_QUOTE_RE = re.compile(r"^(?:[ \t]*>)+[ \t]?")
+
+
+def _unquote(line):
+    return _QUOTE_RE.sub("", line) if line.lstrip().startswith(">") else line
 
 
 def _read(path):
@@ -79,8 +124,10 @@ def read_port(sysfs_root, dev, port="1"):
     sc, sn = parse_state(_read(os.path.join(p, "state")))
     pc, pn = parse_state(_read(os.path.join(p, "phys_state")))
     rate = _read(os.path.join(p, "rate"))
+    lid = _read(os.path.join(p, "lid"))
     return {"device": dev, "port": str(port), "state": sn, "state_code": sc, "phys_state": pn, "phys_state_code": pc,
             "rate": rate, "rate_gbps": parse_rate_gbps(rate), "link_layer": _read(os.path.join(p, "link_layer")),
+            "lid": int(lid, 16) if lid and re.match(r"^0x[0-9a-fA-F]+$", lid) else None,
             "counters": _counters_dir(os.path.join(p, "counters")),
             "hw_counters": _counters_dir(os.path.join(p, "hw_counters"))}
 
@@ -211,3 +258,113 @@ def deltas(before, after):
             continue
         out[k] = a - b if a >= b else a
     return out
+
+
+# --------------------------------------------------------------------------- counters as people collect them
+_PQ_HDR_RE = re.compile(r"^#\s*Port (?P<ext>extended )?counters:\s*Lid (?P<lid>\d+) port (?P<port>\d+|ALL)", re.I)
+_PQ_LINE_RE = re.compile(r"^(?P<name>[A-Za-z][A-Za-z0-9]*):\.*(?P<val>0x[0-9a-fA-F]+|\d+)\s*$")
+
+
+def parse_perfquery(text):
+    """``perfquery [-x] [lid port]`` text -> [{lid, port, extended, counters: {sysfs name: int}, other: {name: int}}],
+    one block per ``# Port [extended] counters: Lid L port P`` header (a block pasted without its header takes its
+    port from PortSelect). PortSelect/CounterSelect are not counters; PMA names the sysfs has no file for
+    (QP1Dropped, ...) land in ``other``."""
+    blocks = []
+    cur = None
+    for ln in (text or "").splitlines():
+        s = _unquote(ln).strip()
+        m = _PQ_HDR_RE.match(s)
+        if m:
+            cur = {"lid": int(m.group("lid")), "port": int(m.group("port")) if m.group("port").isdigit() else "ALL",
+                   "extended": bool(m.group("ext")), "counters": {}, "other": {}}
+            blocks.append(cur)
+            continue
+        m = _PQ_LINE_RE.match(s)
+        if not m:
+            continue
+        if cur is None:
+            cur = {"lid": None, "port": None, "extended": False, "counters": {}, "other": {}}
+            blocks.append(cur)
+        name, val = m.group("name"), int(m.group("val"), 0)
+        if name == "PortSelect":
+            if cur["port"] is None:
+                cur["port"] = val
+            continue
+        if name.startswith("CounterSelect"):
+            continue
+        if name in PMA_TO_SYSFS:
+            cur["counters"][PMA_TO_SYSFS[name]] = val
+        else:
+            cur["other"][name] = val
+    for b in blocks:
+        if b["lid"] is None and not b["extended"]:
+            b["extended"] = any(k in b["counters"] for k in ("unicast_xmit_packets", "unicast_rcv_packets"))
+    return blocks
+
+
+_IBQ_NODE_RE = re.compile(r'^Errors for (?:(?P<guid>0x[0-9a-fA-F]+) )?"(?P<desc>[^"]*)"')
+_IBQ_PORT_RE = re.compile(r"^GUID (?P<guid>0x[0-9a-fA-F]+) port (?P<port>\d+|ALL):(?P<rest>.*)$")
+_IBQ_VAL_RE = re.compile(r"\[(?P<name>[A-Za-z0-9]+) == (?P<val>\d+)(?: \([^)]*\))?\]")
+_IBQ_SUM_RE = re.compile(r"^##\s*(?:Summary:\s*)?(?P<n>\d+) (?P<what>nodes|ports) checked, (?P<bad>\d+) "
+                         r"(?:bad nodes found|ports have errors beyond threshold)")
+
+
+def parse_ibqueryerrors(text):
+    """``ibqueryerrors`` text -> {ports: [{node, node_guid, guid, port, counters: {sysfs name: int}, other}],
+    summary: {nodes_checked, bad_nodes, ports_checked, bad_ports}}. ``node`` is the node description of the
+    ``Errors for`` header above the port (None for a port line pasted alone), ``node_guid`` the switch GUID that
+    header carries (CA headers have none); ``port`` an int or "ALL" (a switch's sum over its ports)."""
+    ports, summary = [], {}
+    node = node_guid = None
+    for ln in (text or "").splitlines():
+        s = _unquote(ln).strip()
+        m = _IBQ_NODE_RE.match(s)
+        if m:
+            node, node_guid = m.group("desc"), m.group("guid")
+            continue
+        m = _IBQ_PORT_RE.match(s)
+        if m:
+            counters, other = {}, {}
+            for v in _IBQ_VAL_RE.finditer(m.group("rest")):
+                name, val = v.group("name"), int(v.group("val"))
+                if name in PMA_TO_SYSFS:
+                    counters[PMA_TO_SYSFS[name]] = val
+                else:
+                    other[name] = val
+            ports.append({"node": node, "node_guid": node_guid, "guid": m.group("guid"),
+                          "port": int(m.group("port")) if m.group("port").isdigit() else "ALL",
+                          "counters": counters, "other": other})
+            continue
+        m = _IBQ_SUM_RE.match(s)
+        if m:
+            if m.group("what") == "nodes":
+                summary.update(nodes_checked=int(m.group("n")), bad_nodes=int(m.group("bad")))
+            else:
+                summary.update(ports_checked=int(m.group("n")), bad_ports=int(m.group("bad")))
+    return {"ports": ports, "summary": summary}
+
+
+_ETH_STAT_RE = re.compile(r"^(?P<name>[A-Za-z_][A-Za-z0-9_]*):\s*(?P<val>\d+)(?:\s|$)")
+
+
+def parse_ethtool_stats(text):
+    """``ethtool -S <netdev>`` text -> {counter: int}: every ``name: value`` line, indented or not, with or without
+    the ``NIC statistics:`` header; whatever follows the value (a reporter's ``# ...`` note) is not part of it.
+    Per-queue ``[0]: name: value`` lines of other drivers keep their queue in the name."""
+    out = {}
+    for ln in (text or "").splitlines():
+        s = _unquote(ln).strip()
+        q = re.match(r"^\[(\d+)\]:\s*(.*)$", s)
+        if q:
+            s = "q%s_%s" % (q.group(1), q.group(2))
+        m = _ETH_STAT_RE.match(s)
+        if m:
+            out[m.group("name")] = int(m.group("val"))
+    return out
+
+
+def phy_counters(stats):
+    """The mlx5 PHY counters the rules judge or report, from :func:`parse_ethtool_stats` output ({} when none)."""
+    keep = ETH_PHY_FAULT + ETH_PHY_SUSPECT + ETH_PHY_REPORT
+    return {k: v for k, v in (stats or {}).items() if k in keep}

@@ -38,78 +38,176 @@ _COMPLETION_RE = re.compile(
     r"|error (?P<status_old>\d+),)"
     r"(?:.*?vendor[ _]err[= ](?P<vendor>\d+))?"
     r"(?:.*?\bhca (?P<hca>[A-Za-z0-9_]+))?")
+# net_ib async thread (src/transport/net_ib/common.cc ncclIbAsyncThreadMain):
+#   2.19+: "NET/IB : mlx5_1:1 async fatal event on QP (0x7309dc3bb338): invalid request local work queue error"
+#   2.1x:  "NET/IB : mlx5_0:1 Got async event : local access violation work queue error"
+#   2.4:   "NET/IB : Got async event : local catastrophic error" (no HCA)
 _ASYNC_RE = re.compile(r"NET/IB\s*:\s*(?P<hca>[A-Za-z0-9_]+):(?P<port>\d+) async fatal event(?: on (?P<what>[^:]+))?:?\s*(?P<text>.*)$")
-_GDR_RE = re.compile(r"NET/IB\s*:\s*GPU Direct RDMA (?P<state>Enabled|Disabled) for HCA (?P<n>\d+) '(?P<hca>[^']+)'")
-_WARN_HOST_RE = re.compile(r"(?:^|\]\s)(?P<host>[A-Za-z0-9_.-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<rank>\d+)\]")
+_GOT_ASYNC_RE = re.compile(r"NET/IB\s*:\s*(?:(?P<hca>[A-Za-z0-9_]+):(?P<port>\d+) )?Got async event\s*:\s*(?P<text>.*)$")
+# misc/ibvwrap.cc: "Call to ibv_create_qp failed[ with error Cannot allocate memory[ errno 12]]"
+_IBV_FAIL_RE = re.compile(r"Call to (?P<verb>ibv_\w+) failed(?: with error (?P<error>.+?))?\s*$")
+_COMM_ERR_RE = re.compile(r"NCCL WARN (?P<text>communicator encountered a fatal error.*?)\s*$")
+# "NET/IB : GPU Direct RDMA Disabled for HCA 1 'mlx5_1' (no module)" (<= 2.18), "NET/IB : GPU Direct RDMA Disabled for
+# HCA 0 'mlx5_0'", "NET/IB : GPU Direct RDMA (DMABUF) enabled for HCA 0 'mlx5_bond_0" (2.19+: lower case, and the
+# format string has no closing quote), "NET/NCCL RDMA Plugin v10 : GPU Direct RDMA Disabled for HCA 0 'rocep1s0f0'"
+_GDR_RE = re.compile(r"NET/(?P<transport>[^:]+?)\s*:\s*GPU Direct RDMA (?:\((?P<via>[^)]+)\) )?(?P<state>Enabled|enabled|Disabled|disabled) "
+                     r"for HCA (?P<n>\d+) '(?P<hca>[^'\s]+)'?(?:\s*\((?P<reason>[^)]*)\))?")
+# src/graph/paths.cc ncclTopoCheckGdr: "GPU Direct RDMA Disabled for GPU 0 / HCA 0 (distance 8 > 5)"
+_GDR_GPU_RE = re.compile(r"GPU Direct RDMA (?P<state>Enabled|Disabled) for GPU (?P<gpu>[0-9a-fA-Fx]+) / HCA (?P<hca>[0-9a-fA-Fx]+) "
+                         r"\(distance (?P<d>\d+) (?:[<>]=?) (?P<lvl>\d+)\)")
+_NETWORK_RE = re.compile(r"Using network (?P<net>\S+)")
+# PyTorch ProcessGroupNCCL watchdog (torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp checkTimeout)
+_WATCHDOG_RE = re.compile(r"(?:\[PG (?:ID )?(?P<pg>[^\]\s]+)[^\]]*?\] .*?)?\[Rank (?P<rank>\d+)\] Watchdog caught collective operation "
+                          r"timeout: WorkNCCL\(SeqNum=(?P<seq>\d+), OpType=(?P<op>[A-Z_]+)[^)]*?Timeout\(ms\)=(?P<tmo>\d+)\) "
+                          r"ran for (?P<ran>\d+) milliseconds")
+_WARN_HOST_RE = re.compile(r"(?:^|[\]\s>:])(?P<host>[A-Za-z0-9_.-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<rank>\d+)\]")
+_WARN_LINE_RE = re.compile(r"NCCL WARN |\] \S+:\d+ WARN ")
+_MD_LINK_RE = re.compile(r"\[([^\]]+)\]\((?:https?://)[^)]*\)")
+
+
+def _clean(line):
+    """A log line as NCCL printed it: quote markers and markdown link artefacts ([p2p.cc:648](https://...)) removed."""
+    ln = re.sub(r"^(?:\s*>)+\s?", "", line) if line.lstrip().startswith(">") else line
+    return _MD_LINK_RE.sub(r"\1", ln)
 
 
 def parse_nccl_warns(text):
-    """NCCL output (INFO/WARN interleaved; mpirun tags, timestamps fine) -> {completions: [{host, peer, status,
-    status_name, vendor_err, hca, hint, raw}], async_events: [...], gdr: {hca: Enabled|Disabled}, warn_count}.
+    """NCCL output (INFO/WARN interleaved; mpirun tags, timestamps fine) and PyTorch's watchdog lines -> {completions:
+    [{host, peer, status, status_name, vendor_err, hca, hint, raw}], async_events: [{hca, port, kind, what, text, host,
+    raw}], ibv_failures: [{verb, error, host, raw}], comm_errors: [{text, host, raw}], watchdog: [{pg, rank, seq, op,
+    timeout_ms, ran_ms, raw}] (one per timeout), gdr: {hca: Enabled|Disabled} (the last word per HCA of the IB
+    transports), gdr_events: [{hca, index, state, via, reason, transport, raw}], gdr_gpu: [{gpu, hca_index, state,
+    distance, level}], network: the `Using network` NCCL chose, ib_no_device, warn_count}.
     A completion without ``hca`` (NCCL < 2.19) keeps hca None: the caller charges it to the only NIC of the run."""
-    out = {"completions": [], "async_events": [], "gdr": {}, "warn_count": 0}
-    # join a line broken inside "len\n0, vendor err" (terminal wrap in published logs)
-    lines = (text or "").splitlines()
+    out = {"completions": [], "async_events": [], "ibv_failures": [], "comm_errors": [], "watchdog": [], "gdr": {},
+           "gdr_events": [], "gdr_gpu": [], "network": None, "ib_no_device": False, "warn_count": 0}
+    seen_wd = set()
+    lines = [_clean(ln) for ln in (text or "").splitlines()]
     for i, ln in enumerate(lines):
-        if "NCCL WARN" in ln:
+        if _WARN_LINE_RE.search(ln):
             out["warn_count"] += 1
+        hm = _WARN_HOST_RE.search(ln)
+        host = hm.group("host") if hm else None
         m = _COMPLETION_RE.search(ln)
         if m:
             st = m.group("status") or m.group("status_old")
             status = int(st)
             raw = ln
             vendor = m.group("vendor")
+            # join a line broken inside "len\n0, vendor err" (terminal wrap in published logs)
             if vendor is None and i + 1 < len(lines) and "vendor err" in lines[i + 1]:
                 mv = re.search(r"vendor[ _]err[= ](\d+)", lines[i + 1])
                 vendor = mv.group(1) if mv else None
                 raw = ln + "\n" + lines[i + 1]
-            hm = _WARN_HOST_RE.search(ln)
             out["completions"].append({
-                "host": hm.group("host") if hm else None, "peer": m.group("peer"), "status": status,
+                "host": host, "peer": m.group("peer"), "status": status,
                 "status_name": m.group("sname") or IBV_WC_STATUS.get(status, "status %d" % status),
                 "vendor_err": int(vendor) if vendor is not None else None, "hca": m.group("hca"),
                 "hint": WC_HINT.get(status, ""), "raw": raw.strip()})
             continue
         m = _ASYNC_RE.search(ln)
         if m:
-            out["async_events"].append({"hca": m.group("hca"), "port": int(m.group("port")),
+            out["async_events"].append({"hca": m.group("hca"), "port": int(m.group("port")), "kind": "fatal_event",
                                         "what": (m.group("what") or "").strip(), "text": m.group("text").strip(),
+                                        "host": host, "raw": ln.strip()})
+            continue
+        m = _GOT_ASYNC_RE.search(ln)
+        if m:
+            out["async_events"].append({"hca": m.group("hca"), "port": int(m.group("port")) if m.group("port") else None,
+                                        "kind": "got_async_event", "what": "", "text": m.group("text").strip(),
+                                        "host": host, "raw": ln.strip()})
+            continue
+        m = _IBV_FAIL_RE.search(ln)
+        if m:
+            out["ibv_failures"].append({"verb": m.group("verb"), "error": (m.group("error") or "").strip() or None,
+                                        "host": host, "raw": ln.strip()})
+            continue
+        m = _COMM_ERR_RE.search(ln)
+        if m:
+            out["comm_errors"].append({"text": m.group("text"), "host": host, "raw": ln.strip()})
+            continue
+        m = _WATCHDOG_RE.search(ln)
+        if m:
+            key = (m.group("pg"), int(m.group("rank")), int(m.group("seq")), m.group("op"))
+            if key not in seen_wd and not any(k[1:] == key[1:] and (k[0] is None or key[0] is None) for k in seen_wd):
+                seen_wd.add(key)
+                out["watchdog"].append({"pg": m.group("pg"), "rank": key[1], "seq": key[2], "op": key[3],
+                                        "timeout_ms": int(m.group("tmo")), "ran_ms": int(m.group("ran")),
                                         "raw": ln.strip()})
             continue
         m = _GDR_RE.search(ln)
         if m:
-            out["gdr"][m.group("hca")] = m.group("state")
+            state = m.group("state").capitalize()
+            transport = m.group("transport").strip()
+            reason = (m.group("reason") or "").strip() or None
+            out["gdr_events"].append({"hca": m.group("hca"), "index": int(m.group("n")), "state": state,
+                                      "via": m.group("via"), "reason": reason, "transport": transport,
+                                      "raw": ln.strip()})
+            if transport != "Socket":
+                out["gdr"][m.group("hca")] = state
+            continue
+        m = _GDR_GPU_RE.search(ln)
+        if m:
+            out["gdr_gpu"].append({"gpu": m.group("gpu"), "hca_index": int(m.group("hca"), 0),
+                                   "state": m.group("state"), "distance": int(m.group("d")),
+                                   "level": int(m.group("lvl")), "raw": ln.strip()})
+            continue
+        m = _NETWORK_RE.search(ln)
+        if m:
+            out["network"] = m.group("net")
+        if "NET/IB : No device found" in ln:
+            out["ib_no_device"] = True
     return out
 
 
+def _perftest_run():
+    return {"test": None, "device": None, "link_type": None, "cuda_device": None, "cuda_name": None, "rows": [],
+            "largest": None, "unit": None, "errors": []}
+
+
 def parse_perftest(text):
-    """``ib_write_bw`` / ``ib_send_bw`` / ``ib_read_bw`` output -> {test, device, link_type, cuda_device, rows:
-    [{bytes, iterations, bw_peak_gbps, bw_avg_gbps, msg_rate_mpps}], largest: last row or None, unit, errors: [...]}.
-    The BW unit is Gb/s with --report_gbits (header ``BW peak[Gb/sec]``), else MB/s (``BW peak[MB/sec]``)."""
-    out = {"test": None, "device": None, "link_type": None, "cuda_device": None, "cuda_name": None, "rows": [],
-           "largest": None, "unit": None, "errors": []}
+    """``ib_write_bw`` / ``ib_send_bw`` / ``ib_read_bw`` / ``ib_atomic_bw`` output -> the first run as {test, device,
+    link_type, cuda_device, cuda_name, rows: [{bytes, iterations, bw_peak, bw_avg, msg_rate_mpps}], largest: last
+    row or None, unit, errors: [...]} plus ``runs``: every run of the text, one per ``... BW Test`` header (a file
+    that holds an ib_read_bw and an ib_write_bw table gives two runs, never one merged table; latency tables are not
+    runs). The BW unit is Gb/s with --report_gbits (``BW peak[Gb/sec]``), else MB/s or MiB/s (``BW peak[MB/sec]``,
+    newer perftest ``[MiB/sec]``): both are 2^20 bytes (perftest_parameters.c: format_factor 0x100000)."""
+    runs = []
+    cur = _perftest_run()
+    pre = {"cuda_device": None, "cuda_name": None}   # CUDA lines come before the test header
     in_table = False
     for ln in (text or "").splitlines():
         s = ln.strip()
         m = re.match(r"^(\S.*? BW Test)$", s)
-        if m and out["test"] is None:
-            out["test"] = m.group(1)
+        if m:
+            if cur["test"] is not None or cur["rows"]:
+                runs.append(cur)
+                cur = _perftest_run()
+            cur["test"] = m.group(1)
+            cur.update({k: v for k, v in pre.items() if v is not None})
+            pre = {"cuda_device": None, "cuda_name": None}
+            in_table = False
+            continue
         m = re.search(r"Device\s*:\s*(\S+)", s)
-        if m and out["device"] is None:
-            out["device"] = m.group(1)
+        if m and cur["device"] is None:
+            cur["device"] = m.group(1)
         m = re.match(r"^Link type\s*:\s*(\S+)", s)
         if m:
-            out["link_type"] = m.group(1)
+            cur["link_type"] = m.group(1)
         m = re.match(r"^Picking device No\. (\d+)", s)
         if m:
-            out["cuda_device"] = int(m.group(1))
+            pre["cuda_device"] = cur["cuda_device"] = int(m.group(1))
         m = re.search(r"\[pid = \d+, dev = (\d+)\] device name = \[([^\]]+)\]", s)
         if m:
-            out["cuda_device"] = int(m.group(1))
-            out["cuda_name"] = m.group(2)
-        if re.match(r"^#bytes\s+#iterations\s+BW peak\[(Gb|MB)/sec\]", s):
-            out["unit"] = "Gb/s" if "Gb/sec" in s else "MB/s"
+            pre["cuda_device"] = cur["cuda_device"] = int(m.group(1))
+            pre["cuda_name"] = cur["cuda_name"] = m.group(2)
+        m = re.match(r"^#bytes\s+#iterations\s+BW peak\[(Gb|MB|MiB)/sec\]", s)
+        if m:
+            cur["unit"] = {"Gb": "Gb/s", "MB": "MB/s", "MiB": "MiB/s"}[m.group(1)]
             in_table = True
+            continue
+        if re.match(r"^#bytes\s+#iterations\s+t_min", s):
+            in_table = False
             continue
         if in_table:
             parts = s.split()
@@ -119,19 +217,25 @@ def parse_perftest(text):
                            "bw_avg": float(parts[3]), "msg_rate_mpps": float(parts[4]) if len(parts) > 4 else None}
                 except ValueError:
                     continue
-                out["rows"].append(row)
-            elif s.startswith("---") and out["rows"]:
+                cur["rows"].append(row)
+            elif s.startswith("---") and cur["rows"]:
                 in_table = False
         if re.search(r"(?i)\b(couldn't|failed|error|unable)\b", s) and not s.startswith("#"):
-            out["errors"].append(s)
-    if out["rows"]:
-        out["largest"] = out["rows"][-1]
-    return out
+            cur["errors"].append(s)
+    runs.append(cur)
+    for r in runs:
+        r["largest"] = r["rows"][-1] if r["rows"] else None
+    first = dict(runs[0])
+    first["runs"] = [r for r in runs if r["test"] is not None or r["rows"]]
+    return first
 
 
 def perftest_gbps(parsed):
-    """Average bandwidth of the largest message in Gb/s (MB/s converted), or None when no result row was printed."""
+    """Average bandwidth of the largest message in Gb/s (MB/s and MiB/s are 2^20 bytes: x 2^20 x 8 / 1e9), or None
+    when no result row was printed."""
     row = (parsed or {}).get("largest")
     if not row:
         return None
-    return round(row["bw_avg"] if parsed.get("unit") == "Gb/s" else row["bw_avg"] * 8 / 1000.0, 2)
+    if parsed.get("unit") == "Gb/s":
+        return round(row["bw_avg"], 2)
+    return round(row["bw_avg"] * 1048576 * 8 / 1e9, 2)

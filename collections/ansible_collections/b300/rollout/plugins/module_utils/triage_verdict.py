@@ -18,10 +18,13 @@ import time
 
 from ansible_collections.b300.rollout.plugins.module_utils import fw_matrix
 from ansible_collections.b300.rollout.plugins.module_utils.triage_counters import (
-    ERROR_COUNTERS, ERROR_COUNTERS_FAULT, HW_COUNTERS_FAULT, HW_COUNTERS_SUSPECT, deltas, devlink_for_pci)
+    ERROR_COUNTERS, ERROR_COUNTERS_FAULT, ETH_PHY_FAULT, ETH_PHY_REPORT, ETH_PHY_SUSPECT, HW_COUNTERS_FAULT,
+    HW_COUNTERS_SUSPECT, deltas, devlink_for_pci)
 from ansible_collections.b300.rollout.plugins.module_utils.triage_gpu import THERMAL_COUNTERS, THERMAL_REASONS, \
     counter_deltas
+from ansible_collections.b300.rollout.plugins.module_utils.triage_evidence import merge_kernel, read_evidence
 from ansible_collections.b300.rollout.plugins.module_utils.triage_pcie import acs_enabled_bits
+from ansible_collections.b300.rollout.plugins.module_utils.triage_traffic import perftest_gbps
 
 VERDICTS = ("ok", "suspect", "fault")
 RANK = {"ok": 0, "suspect": 1, "fault": 2}
@@ -35,6 +38,10 @@ TLIMIT_MARGIN_C = 5            # R12: gpud's "5 C margin" example; a GPU closer 
 PEERMEM_FAULT = 2              # R1: "invalid context" lines fail "when repeated"
 THERMAL_HIST_FAULT_S = 1.0     # ours: any thermal violation time in the history window while hot
 NCCL_RELATIVE_SLOW = 0.75      # ours: one NIC's NCCL busbw below 75 % of the median NIC of the same node
+# ours: a PCIe link that went down (fatal AER such as Surprise Down, pciehp Link Down, DPC, device inaccessible)
+# explains the command timeouts, transport retries, NCCL errors and Xid 79 that follow it, so it outranks them and
+# the firmware mismatch (60): its fix (the link) comes first
+PCIE_DOWN_SCORE = 62
 
 
 def _f(device, check, verdict, rule, evidence, fix, summary, score, **extra):
@@ -121,10 +128,41 @@ def nic_kmsg(name, kinds, bdf):
                       "N/infiniband/kmsg_matcher.go:25): hot cage -> link errors", k["examples"],
                       "check airflow at the NIC cages; `mlxlink -d %s -m` shows the module temperature" % bdf,
                       "port module over temperature (%d events)" % k["count"], 30))
+    k = kinds.get("mlx5_module_error")
+    if k:
+        out.append(_f(name, "kernel_log", "fault", "R1 (ours, beside gpud's High Temperature matcher): `Port module "
+                      "event[error]` = the cage refused or lost the module (power budget, bad cable): the link goes "
+                      "down", k["examples"], "check the module against the adapter's supported-cable list; `mlxlink -d "
+                      "%s -m`; swap the cable or transceiver" % bdf,
+                      "port module error (%s) x%d" % (", ".join(sorted(x for x in k["subs"] if x)), k["count"]), 30))
+    k = kinds.get("mlx5_eq_recover")
+    if k:
+        out.append(_f(name, "kernel_log", "suspect", "ours: `Recovered N EQEs` = the driver found completions it had no "
+                      "interrupt for (mlx5 eq.c mlx5_cmd_eq_recover); with command timeouts R1 already fails, alone it "
+                      "warns (lost interrupts: IOMMU interrupt remapping, MSI-X)", k["examples"][:2],
+                      "check `dmesg` for DMAR/IOMMU faults and the IRQ affinity of %s" % bdf,
+                      "lost interrupts recovered x%d" % k["count"], 10))
+    k = kinds.get("mlx5_cmd_error")
+    if k:
+        cmds = ", ".join(sorted(k["codes"]))
+        out.append(_f(name, "kernel_log", "suspect", "ours: a firmware command refused with a syndrome (mlx5 cmd.c "
+                      "mlx5_cmd_out_err): the syndrome is for an NVIDIA networking case; ACCESS_REG ones are info (gpud "
+                      "kmsg_matcher.go:57)", k["examples"][:2],
+                      "keep the syndromes for an NVIDIA networking case; firmware vs driver (tools/fw-audit)",
+                      "firmware command %s failed x%d" % (cmds, k["count"]), 10))
+    k = kinds.get("netdev_tx_timeout")
+    if k:
+        out.append(_f(name, "kernel_log", "suspect", "ours: a transmit queue of the NIC's netdev timed out (NETDEV "
+                      "WATCHDOG / mlx5e TX timeout): the NIC stopped completing sends", k["examples"][:2],
+                      "`ethtool -S` of the netdev; firmware vs driver (tools/fw-audit); the NIC's kernel log",
+                      "transmit timeout x%d" % k["count"], 15))
+    out += kmsg_pcie(name, kinds, "NIC", bdf)
     flaps = (kinds.get("ib_carrier_lost") or {}).get("count", 0) + \
-        ((kinds.get("ib_port_state") or {}).get("subs") or {}).get("down", 0)
+        ((kinds.get("ib_port_state") or {}).get("subs") or {}).get("down", 0) + \
+        ((kinds.get("eth_link") or {}).get("subs") or {}).get("down", 0)
     if flaps:
-        ex = (kinds.get("ib_carrier_lost") or {}).get("examples", []) + (kinds.get("ib_port_state") or {}).get("examples", [])
+        ex = (kinds.get("ib_carrier_lost") or {}).get("examples", []) + (kinds.get("ib_port_state") or {}).get("examples", []) \
+            + (kinds.get("eth_link") or {}).get("examples", [])
         verdict = "fault" if flaps >= FLAP_FAULT else "suspect"
         out.append(_f(name, "kernel_log", verdict, "row 6: link down / lost carrier %d times in the window; azhpc fails at "
                       ">= %d in 24 h (CT/azure_ib_link_flapping.nhc), fewer is ours: suspect" % (flaps, FLAP_FAULT),
@@ -232,6 +270,129 @@ def nic_counters(name, before, after, window, during):
     return out
 
 
+def kmsg_pcie(device, kinds, label, bdf, is_gpu=False):
+    """PCIe AER records and link events of the kernel log on the device or on a port of its PCIe path (R6 read from
+    the kernel log, see docs/triage-real-world.md): fatal or link down -> fault, non-fatal -> fault, correctable ->
+    suspect (its growth is judged on the sysfs counters read twice; a window with DCGM's 480 fails), a probe-time
+    bandwidth limit -> suspect (R6 judges the link as it is now)."""
+    out = []
+    k = kinds.get("pcie_aer") or {}
+    subs = k.get("subs") or {}
+    via = k.get("via") or []
+    where = (" on %s above it" % ", ".join(via)) if via else ""
+
+    def names(sev):
+        # the error names of that severity's records (a record may carry several: "Completion Timeout+Malformed TLP")
+        count = {}
+        for code, n in ((k.get("sub_codes") or {}).get(sev) or {}).items():
+            for name in code.split("+"):
+                count[name] = count.get(name, 0) + n
+        n = ", ".join(x for x, _c in sorted(count.items(), key=lambda kv: (-kv[1], kv[0]))[:3])
+        return (" (%s)" % n) if n else ""
+
+    def since():
+        return (" since %s" % _short_ts(k["first"])) if k.get("first") else ""
+    if subs.get("fatal"):
+        out.append(_f(device, "pcie_aer_log", "fault", "R6 (kernel log): a fatal PCIe AER on the device or a port on "
+                      "its path fails: the link is unreliable, the kernel resets it (aer.c)", k["examples"][:3] +
+                      ["%d AER records, first %s, last %s" % (k["count"], _short_ts(k["first"]), _short_ts(k["last"]))],
+                      "drain the node; reseat %s and check its riser/slot%s; `lspci -vvv -s %s`; if it repeats, RMA "
+                      "(platform vendor)" % (bdf, (" and the link of " + ", ".join(via)) if via else "", via[0] if via else bdf),
+                      "PCIe fatal AER%s%s x%d%s" % (names("fatal"), where, subs["fatal"], since()),
+                      PCIE_DOWN_SCORE, aer_sev="fatal"))
+    if subs.get("nonfatal"):
+        out.append(_f(device, "pcie_aer_log", "fault", "R6 (kernel log): non-fatal (uncorrectable) PCIe AER on the "
+                      "device or a port on its path fails: transactions were lost (aer.c)", k["examples"][:3],
+                      "`lspci -vvv -s %s`; reseat the card; if errors keep coming, RMA (platform vendor)" % bdf,
+                      "%d PCIe AER non-fatal errors%s%s in the kernel log" % (subs["nonfatal"], names("nonfatal"), where), 40,
+                      aer_sev="nonfatal"))
+    if subs.get("correctable"):
+        n = subs["correctable"]
+        fault = n >= AER_COR_FAULT
+        out.append(_f(device, "pcie_aer_log", "fault" if fault else "suspect",
+                      "R6 (kernel log): correctable AER -> warn; >= %d in the window fails (DCGM Pcie.cpp:113); their "
+                      "growth during the triage is judged on the sysfs counters" % AER_COR_FAULT, k["examples"][:2],
+                      "`lspci -vvv -s %s`; reseat; watch `aer_dev_correctable` grow" % bdf,
+                      "%d correctable PCIe AER errors%s%s in the kernel log" % (n, names("correctable"), where), 20 if fault else 8,
+                      aer_sev="correctable"))
+    k = kinds.get("pcie_link") or {}
+    subs = k.get("subs") or {}
+    via = k.get("via") or []
+    lost = ("link_down", "card_not_present", "dpc_containment", "inaccessible", "recovery_failed")
+    down = {s: n for s, n in subs.items() if s in lost}
+    if down:
+        what = {"link_down": "PCIe link down", "card_not_present": "card not present", "dpc_containment":
+                "DPC contained the port", "inaccessible": "config space inaccessible", "recovery_failed":
+                "AER recovery failed"}
+        out.append(_f(device, "pcie_link_log", "fault", "R6 (kernel log, ours): the PCIe link of the device or of a port "
+                      "on its path went down or the device was lost (pciehp, DPC, AER recovery failed, config space "
+                      "inaccessible) fails: every timeout on it follows", k["examples"][:3],
+                      "drain the node; reseat %s%s; check the riser/cable; reboot to bring it back; RMA if it "
+                      "repeats" % (bdf, (" and the port " + ", ".join(via)) if via else ""),
+                      "%s%s" % (" + ".join("%s x%d" % (what[s], down[s]) for s in what if s in down),
+                                (" on %s above it" % ", ".join(via)) if via else ""), PCIE_DOWN_SCORE))
+    if subs.get("bandwidth_limited") and not via:
+        ex = k["examples"][:1]
+        codes = sorted(k["codes"])
+        speed_only = all(_limit_is_speed_only(e) for e in ex)
+        if not (is_gpu and speed_only):
+            out.append(_f(device, "pcie_link_log", "suspect", "R6 (kernel log, ours): the kernel found the device's "
+                          "PCIe bandwidth limited at probe (pci.c pcie_report_downtraining); the sysfs LnkSta/LnkCap "
+                          "check judges the link now", ex, "`lspci -vvv -s %s` (LnkSta vs LnkCap); reseat / check the "
+                          "slot and riser" % bdf, "%s PCIe bandwidth limited at probe (%s)" % (label, ", ".join(codes)), 10))
+    return out
+
+
+def fold_aer(findings):
+    """The kernel log and sysfs count the same AER errors: a kernel-log AER finding (non-fatal or correctable) on a
+    device whose sysfs AER check already reports that severity is folded into the sysfs finding as evidence, not a
+    second finding; a fatal one stays (it is the stronger, it says what went down)."""
+    sysfs = {(f["device"], f.get("aer_sev")): f for f in findings if f["check"] == "aer" and f.get("aer_sev")}
+    out = []
+    for f in findings:
+        g = sysfs.get((f["device"], f.get("aer_sev"))) if f["check"] == "pcie_aer_log" else None
+        if g is not None and f["aer_sev"] != "fatal":
+            g["evidence"] = g["evidence"] + ["kernel log: " + f["summary"]] + f["evidence"][:2]
+            continue
+        out.append(f)
+    return out
+
+
+def _limit_is_speed_only(raw):
+    import re as _re
+    m = _re.search(r"limited by [\d.]+ GT/s PCIe x(\d+) link .*? with [\d.]+ GT/s PCIe x(\d+) link", raw or "")
+    return bool(m) and m.group(1) == m.group(2)
+
+
+def nic_phy_counters(name, before, after, window, during):
+    """ethtool -S PHY counters of the NIC's netdev (Ethernet and IPoIB both carry them): growth of a fault counter
+    during the triage or the traffic fails like link_downed / symbol_error (R4), a suspect counter warns; non-zero since
+    boot warns with the value; FEC-corrected bits and per-lane errors are reported only (docs/triage-real-world.md)."""
+    out = []
+    b, a = before or {}, after or {}
+    d = deltas(b, a)
+    for c in ETH_PHY_FAULT + ETH_PHY_SUSPECT:
+        inc = d.get(c, 0)
+        if inc > 0:
+            fault = c in ETH_PHY_FAULT
+            out.append(_f(name, "phy_counters", "fault" if fault else "suspect",
+                          "R4 over ethtool -S (ours for the mlx5 PHY names): %s growing during %s -> %s" % (
+                              c, during, "fail" if fault else "warn"),
+                          "%s %s -> %s (+%s in %ss)" % (c, _fmt_int(b[c]), _fmt_int(a[c]), _fmt_int(inc), window),
+                          "`mlxlink -d %s -m -c` (BER, FEC, module); reseat or swap the cable/transceiver" % name,
+                          "%s +%s during %s" % (c, _fmt_int(inc), during), 30 if fault else 10, counter=c))
+        elif c in ETH_PHY_FAULT and a.get(c, b.get(c, 0)):
+            v = a.get(c, b.get(c))
+            out.append(_f(name, "phy_counters", "suspect", "R4 over ethtool -S: non-zero since boot -> warn with the value",
+                          "%s %s since boot" % (c, _fmt_int(v)), "watch it grow (re-run the triage); `mlxlink -d %s -m -c`"
+                          % name, "%s %s since boot" % (c, _fmt_int(v)), 5))
+    rep = ["%s %s" % (c, _fmt_int(a.get(c, b.get(c)))) for c in ETH_PHY_REPORT if a.get(c, b.get(c))]
+    if rep:
+        out.append(_f(name, "phy_counters", "ok", "ethtool -S: FEC-corrected bits and per-lane errors are reported, not "
+                      "judged (a healthy PAM4 link corrects some)", "; ".join(rep), None, "FEC corrections (info)", 0))
+    return out
+
+
 def pcie_link(device, label, link, upstream_link, is_gpu=False):
     """R6: width below min(device max, upstream max) fails; speed below it fails for NICs and bridges, is suspect for
     a GPU (idle GPUs lower their link speed: re-check under load before failing)."""
@@ -268,7 +429,7 @@ def pcie_aer(device, label, bdf, aer, aer_after, window):
             out.append(_f(device, "aer", "fault", "R6: AER %s errors > 0 since boot fail" % kind,
                           "%s %s aer_dev_%s TOTAL %d (%s)" % (label, bdf, kind, tot, names),
                           "`lspci -vvv -s %s`; reseat the card; if errors keep coming, RMA (platform vendor)" % bdf,
-                          "%d PCIe AER %s errors" % (tot, kind), 30))
+                          "%d PCIe AER %s errors" % (tot, kind), 30, aer_sev=kind))
     cor_b = ((aer.get("correctable") or {}).get("total")) or 0
     cor_a = (((aer_after or {}).get("correctable") or {}).get("total")) if aer_after else None
     if cor_a is not None and cor_a > cor_b:
@@ -277,7 +438,8 @@ def pcie_aer(device, label, bdf, aer, aer_after, window):
         out.append(_f(device, "aer", "fault" if fault else "suspect",
                       "R6: correctable AER errors growing during the triage -> warn, >= %d (DCGM Pcie.cpp:113) -> fail"
                       % AER_COR_FAULT, "%s %s correctable %d -> %d in %ss" % (label, bdf, cor_b, cor_a, window),
-                      "`lspci -vvv -s %s`; reseat" % bdf, "correctable PCIe errors +%d" % d, 20 if fault else 8))
+                      "`lspci -vvv -s %s`; reseat" % bdf, "correctable PCIe errors +%d" % d, 20 if fault else 8,
+                      aer_sev="correctable"))
     return out
 
 
@@ -348,6 +510,8 @@ def gpu_rules(gi, facts, extra, extra_after, kinds, window, nic):
                       k["examples"][:2] + meanings, _xid_fix(codes, gi),
                       "; ".join("Xid %s (%s) x%d since %s" % (c, xid_meaning(int(c))[0], n, _short_ts(k["first"]))
                                 for c, n in codes[:2]), 60 if "79" in dict(codes) else (50 if fatal else 10)))
+    gbdf = ((f.get("pci_bus_id") or "")[-12:]).lower() or dev
+    out += kmsg_pcie(dev, kinds or {}, "GPU", gbdf, is_gpu=True)
     # thermal (R12)
     reasons = [r for r in (x.get("clock_reasons_active") or []) if r in THERMAL_REASONS]
     temp, maxop = x.get("temp_c"), x.get("max_operating_c")
@@ -539,15 +703,208 @@ def traffic_rules(traffic, expected_by_nic):
                 out.append(_f(nic, "nccl_one_nic", "suspect", "R11b: below the floor -> slow (warn)",
                               (nc.get("reasons") or [])[:2], "compare with the other NICs' figures",
                               "NCCL over %s alone slow" % nic, 15))
-            for w in ((nc.get("warns") or {}).get("completions") or [])[:3]:
-                hca = w.get("hca") or nic
-                out.append(_f(hca, "nccl_warn", "fault", "R11: NCCL WARN completion error; NCCL's hint for %s "
-                              "(common.h:612-629)" % w["status_name"], [w["raw"], w.get("hint")],
-                              "status %s: %s" % (w["status"], w.get("hint") or "see NCCL docs"),
-                              "NCCL %s(%d) on %s" % (w["status_name"], w["status"], hca), 35))
-            for a in ((nc.get("warns") or {}).get("async_events") or [])[:2]:
-                out.append(_f(a["hca"], "nccl_warn", "fault", "R11: NCCL async fatal event on the HCA",
-                              a["raw"], "see the kernel log of the HCA", "async fatal event on %s" % a["hca"], 35))
+            out += nccl_warn_findings(nc.get("warns"), nic)
+    return out
+
+
+# IBV_EVENT_* as ibv_event_type_str() prints them (rdma-core libibverbs/enum_strs.c): which ones say the HCA, the port
+# or a queue pair failed; the rest (port active, LID/GID/P_Key/SM change, ...) are information
+_ASYNC_DEVICE = ("local catastrophic error",)
+_ASYNC_PORT = ("port error",)
+_ASYNC_QP = ("work queue", "CQ error", "SRQ catastrophic error", "SRQ error", "path migration request error")
+
+
+def _ibv_error_hint(verb, error):
+    e = (error or "").lower()
+    if "cannot allocate memory" in e or (verb == "ibv_create_qp" and not e):
+        return ("no memory for the queue pair: the locked-memory limit of the job (`ulimit -l` must be unlimited, in "
+                "the container too) or too many QPs (NCCL_IB_QPS_PER_CONNECTION)")
+    if "network is unreachable" in e or "no route" in e:
+        return ("no route to the peer's GID: RoCE needs an address on the netdev and the right NCCL_IB_GID_INDEX; the "
+                "port may be down")
+    if "timed out" in e:
+        return "the peer did not answer: the link or the peer's port"
+    if "invalid argument" in e:
+        return "the verbs call was refused (invalid argument): NCCL_IB_GID_INDEX / MTU / the port's state"
+    return "see the HCA's kernel log at that time; `ulimit -l`"
+
+
+def nccl_warn_findings(warns, default_dev):
+    """Findings from NCCL's WARN/INFO lines and PyTorch's watchdog lines (``parse_nccl_warns``). ``default_dev``: the
+    device a line without an HCA is charged to (the only NIC of a triage run, or "host" for pasted evidence). Completion
+    errors and async fatal events fail on their HCA (R11); the rest is ours, each rule says why."""
+    out = []
+    w = warns or {}
+    for c in (w.get("completions") or [])[:3]:
+        hca = c.get("hca") or default_dev
+        out.append(_f(hca, "nccl_warn", "fault", "R11: NCCL WARN completion error; NCCL's hint for %s "
+                      "(common.h:612-629)" % c["status_name"], [c["raw"], c.get("hint")],
+                      "status %s: %s" % (c["status"], c.get("hint") or "see NCCL docs"),
+                      "NCCL %s(%d) on %s" % (c["status_name"], c["status"], hca), 35))
+    groups = {}
+    for a in w.get("async_events") or []:
+        groups.setdefault((a.get("hca") or default_dev, a.get("kind"), a.get("text")), []).append(a)
+    for (dev, kind, text), evs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] or "", kv[0][2] or "")):
+        t = text or ""
+        n = " x%d" % len(evs) if len(evs) > 1 else ""
+        if kind == "fatal_event":
+            out.append(_f(dev, "nccl_warn", "fault", "R11: NCCL async fatal event on the HCA", [e["raw"] for e in evs[:2]],
+                          "see the kernel log of the HCA", "async fatal event on %s%s" % (dev, n), 35))
+        elif any(x in t for x in _ASYNC_DEVICE):
+            out.append(_f(dev, "nccl_warn", "fault", "ours: NCCL's `Got async event : local catastrophic error` is "
+                          "IBV_EVENT_DEVICE_FATAL (libibverbs enum_strs.c): the HCA itself failed, every QP on it is "
+                          "lost", [e["raw"] for e in evs[:2]],
+                          "drain the node; the HCA's kernel log (mlx5 health / fw_fatal) and `devlink health`; reset "
+                          "the HCA (mlxfwreset) or reboot", "HCA catastrophic error (async event)%s" % n, 45))
+        elif any(x in t for x in _ASYNC_PORT):
+            out.append(_f(dev, "nccl_warn", "fault", "ours: `Got async event : port error` is IBV_EVENT_PORT_ERR: the "
+                          "port left ACTIVE under NCCL", [e["raw"] for e in evs[:2]],
+                          "the port's state and the kernel log (link down, module); cable", "port error (async event)%s"
+                          % n, 30))
+        elif any(x in t for x in _ASYNC_QP):
+            out.append(_f(dev, "nccl_warn", "fault", "R11 (older NCCL form): an async error event on a queue pair or CQ "
+                          "(`Got async event : %s`) takes the connection down like the async fatal event" % t,
+                          [e["raw"] for e in evs[:2]], "see the kernel log of the HCA; the completion errors beside it",
+                          "async event '%s' on %s%s" % (t, dev, n), 35))
+    fails = {}
+    for f in w.get("ibv_failures") or []:
+        fails.setdefault((f["verb"], f.get("error")), []).append(f)
+    for (verb, error), fs in sorted(fails.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
+        n = " x%d" % len(fs) if len(fs) > 1 else ""
+        if verb == "ibv_get_async_event":
+            out.append(_f(default_dev, "nccl_warn", "suspect", "ours: NCCL's async-event thread lost the HCA "
+                          "(`ibv_get_async_event` failed): it follows a device failure or the HCA going away",
+                          [f["raw"] for f in fs[:2]], "the HCA's kernel log at that time",
+                          "NCCL lost the HCA's async events%s" % n, 10))
+            continue
+        out.append(_f(default_dev, "nccl_warn", "fault", "ours: an ibverbs call NCCL needs failed (misc/ibvwrap: `Call to "
+                      "%s failed`): NCCL cannot connect through the HCA; the error text says why" % verb,
+                      [f["raw"] for f in fs[:2]] + [_ibv_error_hint(verb, error)], _ibv_error_hint(verb, error),
+                      "NCCL %s failed%s%s" % (verb, (" (" + error + ")") if error else "", n), 30))
+    ce = w.get("comm_errors") or []
+    if ce:
+        out.append(_f(default_dev, "nccl_warn", "fault", "ours: NCCL aborted the communicator (`communicator encountered "
+                      "a fatal error`): the job failed; its cause is the WARN before it", [c["raw"] for c in ce[:2]],
+                      "read the WARN lines before it (completion, async event)", "NCCL communicator fatal error x%d"
+                      % len(ce), 15))
+    wd = w.get("watchdog") or []
+    if wd:
+        ops = sorted({"%s SeqNum=%d" % (x["op"], x["seq"]) for x in wd})
+        ranks = sorted({x["rank"] for x in wd})
+        out.append(_f(default_dev, "nccl_warn", "suspect", "ours: PyTorch's ProcessGroupNCCL watchdog timed a collective "
+                      "out (ProcessGroupNCCL.cpp checkTimeout): the hang itself; its cause is in the other findings",
+                      [x["raw"] for x in wd[:2]], "find the rank that did not join (the first timeout) and its node's "
+                      "kernel log and NIC counters", "PyTorch NCCL watchdog timeout: %s (rank %s, %d ms)" % (
+                          ", ".join(ops[:2]), ",".join(str(r) for r in ranks[:8]), max(x["ran_ms"] for x in wd)), 10))
+    # GPU Direct RDMA: the last word per HCA of the transports that carry traffic (not NET/Socket)
+    last = {}
+    for e in w.get("gdr_events") or []:
+        if e.get("transport") != "Socket":
+            last.setdefault(e["hca"], []).append(e)
+    nomod = []
+    for hca, evs in sorted(last.items()):
+        if (w.get("gdr") or {}).get(hca) != "Disabled":
+            continue
+        dis = [e for e in evs if e["state"] == "Disabled"][-1]
+        dmabuf = any(e["state"] == "Enabled" and (e.get("via") or "").upper() == "DMABUF" for e in evs)
+        if dis.get("reason") == "no module" and not dmabuf:
+            nomod.append((hca, dis))
+            continue
+        out.append(_f(hca, "nccl_gdr", "fault", "ours (NCCL net_ib getProperties): NCCL will not use GPU Direct RDMA on "
+                      "this HCA%s: traffic is staged through host memory" % (
+                          " -- the transport that carries it (%s) says Disabled although another says enabled"
+                          % dis["transport"] if len(evs) > 1 else ""), [e["raw"] for e in evs[-2:]],
+                      "load nvidia_peermem (`modprobe nvidia_peermem`) or enable DMA-BUF (open GPU kernel modules, "
+                      "kernel >= 5.12) for %s; check the NCCL net plugin's own GDR support" % hca,
+                      "GPU Direct RDMA disabled for %s%s" % (hca, (" (" + dis["reason"] + ")") if dis.get("reason")
+                                                             else ""), 30))
+    if nomod:
+        out.append(_f(default_dev if default_dev == "host" else "host", "nccl_gdr", "fault",
+                      "R7 from NCCL's own line: `GPU Direct RDMA Disabled ... (no module)` = /sys/kernel/mm/"
+                      "memory_peers/nv_mem/version missing (net_ib ncclIbGdrSupport): nvidia_peermem not loaded and "
+                      "no DMA-BUF path printed", [d["raw"] for _h, d in nomod[:3]],
+                      "modprobe nvidia_peermem (and list it in /etc/modules-load.d)",
+                      "NCCL: GPU Direct RDMA disabled, no peermem module (%s)" % ", ".join(h for h, _d in nomod), 35))
+    pairs = {}
+    for g in w.get("gdr_gpu") or []:
+        pairs[(g["gpu"], g["hca_index"])] = g
+    far = [g for g in pairs.values() if g["state"] == "Disabled"]
+    if far:
+        out.append(_f(default_dev, "nccl_gdr", "suspect", "ours (NCCL graph/paths.cc ncclTopoCheckGdr): NCCL will not "
+                      "use GPU Direct RDMA between these GPUs and HCAs: their PCIe distance is above NCCL_NET_GDR_LEVEL",
+                      [g["raw"] for g in far[:3]], "check which NIC sits beside each GPU (`nvidia-smi topo -m`); "
+                      "NCCL_NET_GDR_LEVEL only if the placement is right",
+                      "NCCL GDR off for %s (distance above the GDR level)" % ", ".join(
+                          "GPU %s / HCA %d" % (g["gpu"], g["hca_index"]) for g in far[:3]), 10))
+    if w.get("ib_no_device") and (w.get("network") or "Socket") == "Socket":
+        out.append(_f(default_dev, "nccl_warn", "fault", "ours: `NET/IB : No device found.` then sockets: NCCL found no "
+                      "usable IB/RoCE HCA (rdma-core, the port state, NCCL_IB_HCA) and runs over TCP",
+                      ["NET/IB : No device found.", "Using network %s" % (w.get("network") or "Socket")],
+                      "`ibv_devinfo`; the ports ACTIVE; NCCL_IB_HCA names an existing HCA; the container sees "
+                      "/dev/infiniband", "NCCL found no IB device (network Socket)", 35))
+    return out
+
+
+# --------------------------------------------------------------------------- pasted evidence (--evidence)
+def evidence_rules(pasted, expected_by_nic):
+    """Findings from the pasted files (``triage_evidence.read_evidence``; its kernel-log part is merged into the
+    kernel-log rules by the caller). Pasted counters are since their last clear, their growth is unknown: a fault
+    counter non-zero is a suspicion with its value (R4's since-boot rule)."""
+    out = []
+    for path, w in pasted.get("nccl") or []:
+        for f in nccl_warn_findings(w, "host"):
+            f["evidence"] = f["evidence"] + ["(from %s)" % path]
+            out.append(f)
+    for path, r in pasted.get("perftest") or []:
+        gbps = perftest_gbps(r)
+        dev = r.get("device") or "host"
+        row = r.get("largest") or {}
+        exp = expected_by_nic.get(dev)
+        what = "%s on %s: %.1f Gb/s at %s bytes" % (r.get("test") or "perftest", dev, gbps or 0, row.get("bytes"))
+        # ours: atomics and messages under 64 KiB do not fill a link, they are reported, not judged
+        judged = "atomic" not in (r.get("test") or "").lower() and row.get("bytes", 0) >= 65536
+        if exp and gbps is not None and judged and gbps < GDR_BW_FRACTION * exp:
+            shown = [what + " (%s)" % path, "unit %s (perftest MB = 2^20 bytes)" % r.get("unit")]
+            out.append(_f(dev, "evidence_perftest", "suspect", "R11a over a pasted run: below %d%% of the line rate "
+                          "(azhpc check_ib_bw_gdr); a pasted run's options are not known, so it warns"
+                          % int(GDR_BW_FRACTION * 100), shown,
+                          "re-run the triage with --traffic on a drained node (GPUDirect loopback through %s)" % dev,
+                          "pasted %s %.0f Gb/s of %s" % (r.get("test") or "perftest", gbps, exp), 15))
+        else:
+            out.append(_f(dev, "evidence_perftest", "ok", "a pasted perftest run (reported)", what + " (%s)" % path,
+                          None, "pasted %s %.0f Gb/s" % (r.get("test") or "perftest", gbps or 0), 0))
+    fabric = []
+    for p in pasted.get("ib_ports") or []:
+        bad = {c: v for c, v in (p.get("counters") or {}).items() if v and c in ERROR_COUNTERS}
+        if not bad:
+            continue
+        faults = sorted(c for c in bad if c in ERROR_COUNTERS_FAULT)
+        line = "%s %s: %s (%s)" % (p["source"], p["where"], ", ".join("%s %s" % (c, _fmt_int(v)) for c, v in
+                                                                      sorted(bad.items())), p["path"])
+        if p.get("nic"):
+            out.append(_f(p["nic"], "evidence_counters", "suspect", "R4 over pasted %s counters (since their last "
+                          "clear, growth unknown): non-zero error counters warn" % p["source"], line,
+                          "clear and re-read (`perfquery -x -R`), or re-run the triage: it reads them twice; "
+                          "`mlxlink -d %s -m -c`" % p["nic"], "pasted %s: %s" % (p["source"], ", ".join(
+                              "%s %s" % (c, _fmt_int(bad[c])) for c in (faults or sorted(bad))[:3])),
+                          10 if faults else 5))
+        else:
+            fabric.append((bool(faults), line))
+    if fabric:
+        fabric.sort(key=lambda x: not x[0])
+        lines = [x[1] for x in fabric[:4]]
+        out.append(_f("fabric", "evidence_counters", "suspect", "R4 over pasted counters of ports that are not this "
+                      "host's (switch ports, other nodes): the fabric's, named for the fabric team", lines,
+                      "hand the ports to the fabric team (UFM / `ibqueryerrors` again after a clear); check the "
+                      "cables of the ports with link errors", "%d fabric ports with error counters in the pasted "
+                      "output" % len(fabric), 5))
+    for path, nic, netdev, phy in pasted.get("phy") or []:
+        dev = nic or "host"
+        for f in nic_phy_counters(dev, phy, phy, 0, "the pasted ethtool -S"):
+            f["evidence"] = f["evidence"] + ["ethtool -S %s (%s)" % (netdev or "?", path)]
+            if not nic and f.get("fix"):
+                f["fix"] = "find the NIC of that netdev (`ethtool -i NETDEV`), then `mlxlink -d <its PCI address> -m -c`"
+            out.append(f)
     return out
 
 
@@ -557,9 +914,11 @@ def _nic_label(name, gpu):
 
 
 def judge_host(col, rows, policy=None, expected_port_gbps=None, history=None, traffic=None, since="?",
-               history_label=None):
-    """Findings, device verdicts and ranked causes for one host's collection (see the module docstring)."""
+               history_label=None, evidence=None):
+    """Findings, device verdicts and ranked causes for one host's collection (see the module docstring);
+    ``evidence``: pasted files [{path, text}] (``tools/triage --evidence``), judged by the same rules."""
     findings = []
+    pasted = read_evidence(col, evidence) if evidence else {}
     rn = col.get("rdma_nics") or {}
     gt = col.get("gpu_topology") or {}
     nic_gpu = dict(col.get("nic_gpu") or {})
@@ -568,6 +927,8 @@ def judge_host(col, rows, policy=None, expected_port_gbps=None, history=None, tr
         if g is not None:
             gpu_nic.setdefault(int(g), n)
     kdev = ((col.get("kernel_log") or {}).get("scan") or {}).get("devices") or {}
+    if pasted.get("kernel"):
+        kdev = merge_kernel(kdev, pasted["kernel"])
     window = col.get("delta_window_s") or 0
     ports_a = col.get("ports_after") or {}
     pcie = col.get("pcie") or {}
@@ -601,6 +962,12 @@ def judge_host(col, rows, policy=None, expected_port_gbps=None, history=None, tr
                 findings += nic_counters(name, p, pa, window, "the triage (%ss, live traffic)" % window)
             else:
                 findings += nic_counters(name, p, p, 0, "the triage")
+        phy0 = (col.get("phy_counters") or {}).get(name)
+        if phy0 is not None:
+            phy1 = (col.get("phy_counters_after") or {}).get(name)
+            findings += nic_phy_counters(name, phy0, phy1 if phy1 is not None else phy0, window if phy1 is not None
+                                         else 0, "the triage (%ss, live traffic)" % window if phy1 is not None
+                                         else "the triage")
     # PCIe: NICs, GPUs and the bridges on each GPU<->NIC path
     for bdf, e in sorted(pcie.items()):
         owner = e.get("of")
@@ -643,6 +1010,20 @@ def judge_host(col, rows, policy=None, expected_port_gbps=None, history=None, tr
         if dev in devices or dev == "host":
             continue
         for kind, k in kinds.items():
+            if kind == "mlx5_probe_failed":
+                findings.append(_f(dev, "kernel_log", "fault", "ours: a ConnectX function the mlx5 driver could not "
+                                   "load (mlx5 main.c probe error) is no RDMA device: NCCL and the triage do not see it",
+                                   k["examples"][:2], "the lines before the probe error name the failed command; "
+                                   "firmware vs driver (tools/fw-audit); `mlxfwmanager --query -d %s`" % dev[4:],
+                                   "mlx5 probe failed (error %s)" % ",".join(sorted(k["codes"])), 45))
+                devices.setdefault(dev, {"kind": "pci", "label": "%s (ConnectX, not loaded)" % dev})
+            elif kind in ("pcie_aer", "pcie_link") and (set(k["subs"]) - {"correctable", "bandwidth_limited"}):
+                findings.append(_f(dev, "kernel_log", "suspect", "ours: an uncorrectable AER or a link loss on a PCIe "
+                                   "device outside the GPU<->NIC paths: the host's, not NCCL's, unless it is on them",
+                                   k["examples"][:2], "`lspci -vvv -s %s`; which device is it (lspci -s)?" % dev[4:],
+                                   "PCIe %s on a device outside the GPU<->NIC paths" % "/".join(sorted(
+                                       x for x in k["subs"] if x not in ("correctable", "bandwidth_limited"))), 5))
+                devices.setdefault(dev, {"kind": "pci", "label": dev})
             if kind in ("sxid",):
                 fatal = k["subs"].get("fatal", 0) > 0
                 findings.append(_f(dev, "kernel_log", "fault" if fatal else "suspect", "row 18: NVSwitch SXid (gpud "
@@ -668,10 +1049,13 @@ def judge_host(col, rows, policy=None, expected_port_gbps=None, history=None, tr
     findings += host_rules(col)
     findings += history_rules(history, gpu_nic, history_label or since)
     findings += traffic_rules(traffic, expected_by_nic)
+    if pasted:
+        findings += evidence_rules(pasted, expected_by_nic)
     for nic, t in sorted((traffic or {}).items()):
         if t.get("counters_before") and t.get("counters_after"):
             findings += [f for f in nic_counters(nic, t["counters_before"], t["counters_after"], t.get("duration_s") or 0,
                                                  "the traffic test through %s" % nic) if "since boot" not in f["summary"]]
+    findings = fold_aer(findings)
     # a counter that grew during the triage or the traffic says more than its since-boot value: keep one of them
     grown = {(f["device"], f.get("counter")) for f in findings if f.get("counter") and f["verdict"] != "ok"}
     findings = [f for f in findings if not (f["summary"].endswith("since boot") and
@@ -691,16 +1075,22 @@ def judge_host(col, rows, policy=None, expected_port_gbps=None, history=None, tr
         d["score"] = sum(f["score"] * (1.0 if f["verdict"] == "fault" else 0.5 if f["verdict"] == "suspect" else 0)
                          for f in fs)
     # findings on a device not listed (e.g. an hca named by NCCL that sysfs does not show)
+    others = {}
     for f in findings:
         if f["device"] not in devices:
-            devices[f["device"]] = {"kind": "other", "label": f["device"], "findings": [f], "verdict": f["verdict"],
-                                    "score": f["score"]}
+            others.setdefault(f["device"], []).append(f)
+    for name, fs in others.items():
+        devices[name] = {"kind": "other", "label": name, "findings": fs,
+                         "verdict": max((f["verdict"] for f in fs), key=lambda v: RANK[v]),
+                         "score": sum(f["score"] * (1.0 if f["verdict"] == "fault" else 0.5 if f["verdict"] == "suspect"
+                                                    else 0) for f in fs)}
     causes = rank_causes(devices)
     status = max((d["verdict"] for d in devices.values()), key=lambda v: RANK[v], default="ok")
     return {"status": status, "devices": devices, "causes": causes,
             "most_likely_cause": causes[0]["sentence"] if causes else None,
             "counts": {v: sum(1 for d in devices.values() if d["verdict"] == v) for v in VERDICTS},
-            "firmware": fw_rows, "data_nics": sorted(d["name"] for d in data_nics)}
+            "firmware": fw_rows, "data_nics": sorted(d["name"] for d in data_nics),
+            "evidence": pasted.get("files") or []}
 
 
 def rank_causes(devices, top=3):
@@ -737,15 +1127,20 @@ def host_state(value):
 
 
 def judge_fleet(hosts, rows, policy=None, expected_port_gbps=None, histories=None, traffic=None, since="?",
-                history_label=None):
-    """{host: collect result} -> the triage report: hosts (status, devices, causes, message), summary (exit code)."""
+                history_label=None, evidence=None):
+    """{host: collect result} -> the triage report: hosts (status, devices, causes, message), summary (exit code).
+    ``evidence``: {host: [{path, text}]} pasted files judged with the host's collection (a host that could not be
+    triaged keeps its files unread: the report says so)."""
     report = {"hosts": {}, "summary": {}, "since": since, "history_window": history_label,
               "generated_epoch": int(time.time())}
     for host in sorted(hosts):
         state, msg = host_state(hosts[host])
         if state != "ok":
             report["hosts"][host] = {"status": state, "msg": msg, "devices": {}, "causes": [],
-                                     "most_likely_cause": "could not triage %s: %s" % (host, msg)}
+                                     "most_likely_cause": "could not triage %s: %s" % (host, msg),
+                                     "evidence": [{"path": f["path"], "read": ["not judged: the host could not be "
+                                                                               "triaged"]}
+                                                  for f in (evidence or {}).get(host) or []]}
             continue
         col = hosts[host]["collection"]
         hist = (histories or {}).get(host)
@@ -753,7 +1148,8 @@ def judge_fleet(hosts, rows, policy=None, expected_port_gbps=None, histories=Non
         refused = tr.get("refused") if isinstance(tr.get("refused"), str) else None
         if refused:
             tr = {}
-        res = judge_host(col, rows, policy, expected_port_gbps, hist, tr, since, history_label)
+        res = judge_host(col, rows, policy, expected_port_gbps, hist, tr, since, history_label,
+                         [dict(f, host=host) for f in (evidence or {}).get(host) or []])
         res["msg"] = "; ".join("%s: %s" % kv for kv in sorted((col.get("errors") or {}).items()))
         res["history"] = "available" if hist and hist.get("available") else "no history"
         res["traffic"] = ("refused: " + " ".join(refused.split())) if refused else ("ran" if tr else "not run")
@@ -787,6 +1183,8 @@ def render_markdown(report):
         out.append("")
         if h["status"] in ("unreachable", "failed"):
             out += ["Could not triage %s (%s): %s" % (host, h["status"], h.get("msg")), ""]
+            if h.get("evidence"):
+                out += ["Evidence not judged: %s" % ", ".join(e["path"] for e in h["evidence"]), ""]
             continue
         out.append("**Most likely cause:** %s" % (h.get("most_likely_cause") or "none: every check passed"))
         out.append("")
@@ -798,6 +1196,8 @@ def render_markdown(report):
         out.append("History: %s. Traffic: %s. Kernel log: %s.%s" % (
             h.get("history"), h.get("traffic"), h.get("kernel_log_source") or "not read",
             (" Serving units: %s." % ", ".join(h["serving_units"])) if h.get("serving_units") else ""))
+        if h.get("evidence"):
+            out.append("Evidence: %s." % "; ".join("%s (%s)" % (e["path"], ", ".join(e["read"])) for e in h["evidence"]))
         out.append("")
         out += ["| device | verdict | check | rule | evidence |", "|---|---|---|---|---|"]
         devs = sorted(h["devices"].items(), key=lambda kv: (-RANK[kv[1]["verdict"]], kv[0]))

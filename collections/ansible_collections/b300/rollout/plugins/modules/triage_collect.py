@@ -9,18 +9,22 @@ module: triage_collect
 short_description: Read what the on-call NCCL triage judges on one host (read-only)
 description:
   - Reads, in one run and without changing anything on the host, the kernel log since a window (C(journalctl -k),
-    falling back to C(dmesg)) scanned for mlx5 command timeouts, mlx5 health/syndrome lines, PCIe slot power, port
-    module temperature, IPoIB carrier losses, NVIDIA Xid/SXid and nvidia_peermem errors, each attributed to C(mlx5_N)
-    and its nearest GPU; C(devlink health show) (and C(diagnose) of reporters that counted errors); IB port state,
-    physical state, rate, error counters and RDMA transport counters of every data NIC; PCIe link speed/width and AER
+    falling back to C(dmesg)) scanned for mlx5 command timeouts and refused commands, mlx5 health/syndrome lines,
+    lost interrupts, probe failures, PCIe slot power, port module temperature and errors, IB and Ethernet link
+    losses, transmit timeouts, PCIe AER records and link events (pciehp, DPC, the probe-time bandwidth limit), NVIDIA
+    Xid/SXid and nvidia_peermem errors, each attributed to C(mlx5_N) and its nearest GPU (an event of a PCIe port to
+    the data NICs and GPUs below it); C(devlink health show) (and C(diagnose) of reporters that counted errors); IB
+    port state, physical state, rate, error counters and RDMA transport counters of every data NIC, and the PHY
+    counters of C(ethtool -S) on its netdev; PCIe link speed/width and AER
     counters of every data NIC, GPU and the bridges between them; ACS on those bridges (C(lspci -vvv), else
     C(setpci)); IOMMU mode; GPUDirect readiness (nvidia_peermem or DMA-BUF); the C(rdma_nics) and C(gpu_topology)
     facts and the GPU fields of C(nvidia-smi -q -x); the active serving units.
-  - Counters, AER and the GPU clock-event counters are read twice, at least O(delta_window_s) apart, so the report can
+  - Counters (IB, RDMA, PHY), AER and the GPU clock-event counters are read twice, at least O(delta_window_s) apart, so the report can
     judge their growth during the triage.
   - The verdicts are made on the controller by M(b300.rollout.triage_report); rules and their sources are in
     C(module_utils/triage_verdict.py).
-  - Tools looked up in O(bin_path) before C(PATH) - journalctl, dmesg, devlink, lspci, setpci, lsmod, nvidia-smi, mlxfwmanager, ofed_info.
+  - Tools looked up in O(bin_path) before C(PATH) - journalctl, dmesg, devlink, lspci, setpci, lsmod, ethtool,
+    nvidia-smi, mlxfwmanager, ofed_info.
 version_added: "1.1.0"
 extends_documentation_fragment: [ansible.builtin.action_common_attributes, b300.rollout.common, b300.rollout.hw]
 attributes:
@@ -74,9 +78,10 @@ collection:
     host, epoch, since, since_s, delta_window_s, rdma_nics, gpu_topology, gpu_extras and gpu_extras_after (per GPU
     persistence mode, PCIe gen/width/replays, clock-event reasons and counters, temperatures, recovery action,
     fabric), nic_gpu (nearest GPU per data NIC), ports and ports_after (per NIC and port, state and counters),
-    pcie (per PCI function, role nic/gpu/bridge/upstream, link, aer, acs), pcie_after, kernel_log (source, error,
-    lines, scan of events per device), devlink (health, diagnose, error), iommu, gdr, serving_units, errors,
-    duration_s.
+    pcie (per PCI function, role nic/gpu/bridge/upstream, link, aer, acs), pcie_after, pcie_below (PCIe port ->
+    the data NICs and GPUs below it), phy_counters and phy_counters_after (per data NIC, the C(ethtool -S) PHY
+    counters of its netdev), phy_note (why they were not read, or null), kernel_log (source, error, lines, scan of
+    events per device), devlink (health, diagnose, error), iommu, gdr, serving_units, errors, duration_s.
   returned: success
   type: dict
 """

@@ -54,6 +54,16 @@ options:
     description: Mapping host -> the C(results) of M(b300.rollout.triage_traffic) (per NIC).
     type: dict
     default: {}
+  evidence:
+    description:
+      - Mapping host -> list of files on the controller the on-call engineer pasted for that host (C(tools/triage
+        --evidence HOST=FILE)) - a kernel log (a previous boot's dmesg), a job's NCCL or PyTorch log, perftest,
+        C(ibqueryerrors), C(perfquery -x) or C(ethtool -S) output. Each is read with the triage's own parsers and
+        judged with the host's collection (C(module_utils/triage_evidence.py)); the report lists what each file held.
+      - A file that cannot be read, is larger than 8 MiB, or names a host this run does not triage fails the module
+        before anything is judged.
+    type: dict
+    default: {}
   since:
     description: The kernel-log window, for the report.
     type: str
@@ -78,7 +88,8 @@ EXAMPLES = r"""
 RETURN = r"""
 report:
   description: hosts (per host status, devices with verdict and findings, causes, most_likely_cause, history,
-    traffic), summary (hosts, could_not_triage, fault, suspect, ok, exit_code), since, history_window.
+    traffic, evidence - each pasted file with what was read in it), summary (hosts, could_not_triage, fault,
+    suspect, ok, exit_code), since, history_window.
   returned: always
   type: dict
 markdown:
@@ -97,8 +108,29 @@ exit_code:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.b300.rollout.plugins.module_utils import fw_matrix
+from ansible_collections.b300.rollout.plugins.module_utils.triage_evidence import MAX_BYTES
 from ansible_collections.b300.rollout.plugins.module_utils.triage_verdict import judge_fleet, render_markdown, \
     render_textfile
+
+
+def read_files(module, evidence, hosts):
+    """{host: [path]} -> {host: [{path, text}]}; fails on a host not triaged, an unreadable or oversized file."""
+    out = {}
+    for host, paths in sorted((evidence or {}).items()):
+        if host not in (hosts or {}):
+            module.fail_json(msg="triage_report: evidence for host %s, which this run does not triage (hosts: %s); "
+                                 "name a triaged host (--evidence HOST=FILE)" % (host, ", ".join(sorted(hosts or {}))))
+        for path in paths if isinstance(paths, list) else [paths]:
+            try:
+                with open(path, "rb") as fh:
+                    raw = fh.read(MAX_BYTES + 1)
+            except OSError as exc:
+                module.fail_json(msg="triage_report: evidence file %s for %s cannot be read: %s" % (path, host, exc))
+            if len(raw) > MAX_BYTES:
+                module.fail_json(msg="triage_report: evidence file %s for %s is larger than %d MiB: cut it to the "
+                                     "window of the hang" % (path, host, MAX_BYTES >> 20))
+            out.setdefault(host, []).append({"path": path, "text": raw.decode("utf-8", "replace")})
+    return out
 
 
 def main():
@@ -111,17 +143,19 @@ def main():
             expected_port_gbps=dict(type="dict", default={}),
             histories=dict(type="dict", default={}),
             traffic=dict(type="dict", default={}),
+            evidence=dict(type="dict", default={}),
             since=dict(type="str", default="?"),
             history_window=dict(type="str"),
         ),
         supports_check_mode=True,
     )
     p = module.params
+    evidence = read_files(module, p["evidence"], p["hosts"])
     try:
         rows = fw_matrix.merge_rows(p["matrix"], p["extra_rows"])
         expected = {k: float(v) for k, v in (p["expected_port_gbps"] or {}).items()}
         report = judge_fleet(p["hosts"], rows, p["policy"], expected, p["histories"], p["traffic"], p["since"],
-                             p["history_window"] or p["since"])
+                             p["history_window"] or p["since"], evidence)
     except (ValueError, fw_matrix.MatrixError) as exc:
         module.fail_json(msg="triage_report: %s" % exc)
     module.exit_json(changed=False, report=report, markdown=render_markdown(report),
