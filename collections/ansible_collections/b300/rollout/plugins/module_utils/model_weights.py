@@ -382,3 +382,107 @@ def mismatch_message(host, model, name, origin, got_sha, got_size, want, manifes
             "removed and is never served; the serving copy is untouched; fix: the source holds other bytes than the "
             "manifest: replace the file at the source, or the manifest if the source is the trusted copy" % (
                 host, model, name, origin, got_sha, got_size, want["sha256"], int(want["size"]), manifest_where))
+
+
+# --- the controller's plan ------------------------------------------------------------------------------------------------
+def source_for(source, controller_url):
+    """The source mapping a host's stage gets, from model_weights_source (secrets never here)."""
+    t = (source or {}).get("type") or "none"
+    if t == "path" and (source.get("where") or "host") == "controller":
+        return {"type": "controller", "url": controller_url, "host": "controller"}
+    if t == "path":
+        return {"type": "path", "path": source["path"]}
+    if t == "http":
+        return {"type": "http", "url": source["url"], "ca_file": source.get("ca_file") or ""}
+    if t == "s3":
+        return {"type": "s3", "endpoint": source.get("endpoint") or "", "bucket": source.get("bucket") or "",
+                "prefix": source.get("prefix") or "", "region": source.get("region") or "",
+                "provider": source.get("provider") or "Other", "ca_file": source.get("ca_file") or ""}
+    return {"type": "none"}
+
+
+def check_source(source):
+    """[problems] of model_weights_source's shape (its values' characters are input_rules' business)."""
+    if not isinstance(source, dict):
+        return ["model_weights_source: expected a mapping {type: none|path|http|s3, ...}, found %s"
+                % type(source).__name__]
+    t = source.get("type")
+    if t not in SOURCE_TYPES:
+        return ["model_weights_source.type: %r; expected one of %s (none: the weights are put there by other means "
+                "and only verified)" % (t, ", ".join(SOURCE_TYPES))]
+    need = {"path": ("path",), "http": ("url",), "s3": ("endpoint", "bucket")}.get(t, ())
+    out = ["model_weights_source.%s: required for type %s" % (k, t) for k in need if not source.get(k)]
+    if t == "path" and (source.get("where") or "host") not in ("host", "controller"):
+        out.append("model_weights_source.where: %r; expected host (a path every host reads, e.g. an NFS mount) or "
+                   "controller (a path on the machine that runs ansible-playbook)" % source.get("where"))
+    if t == "path" and source.get("path") and not str(source["path"]).startswith("/"):
+        out.append("model_weights_source.path: %r is not absolute" % source["path"])
+    return out
+
+
+def stage_plan(host_models, states, source, controller_url, serve_urls, fanout_on=True):
+    """Per host: the models to stage (each with its source and fallback) and the models to serve to peers; and the
+    models the controller serves (a controller path source). host_models {host: [model entries in the same order on
+    every host]}, states {host: {rel: state}} from inspect, serve_urls {host: http://address:port}."""
+    src = source_for(source, controller_url)
+    order = []
+    hosts_of = {}
+    for h, models in host_models.items():
+        for m in models:
+            key = (m["rel"], m["digest"])
+            if key not in hosts_of:
+                order.append(key)
+            hosts_of.setdefault(key, []).append(h)
+    flat = {}
+    for key, hosts in hosts_of.items():
+        for h in hosts:
+            flat[(key, h)] = "complete" if states.get(h, {}).get(key[0]) == "complete" else "needs"
+    fo = fanout(hosts_of, flat, fanout_on)
+    out = {h: {"stage": [], "serve": []} for h in host_models}
+    controller = []
+    for h, models in host_models.items():
+        for m in models:
+            key = (m["rel"], m["digest"])
+            d = fo.get((key, h))
+            if d is None:
+                continue
+            if d["serves"]:
+                out[h]["serve"].append(m)
+            if d["from"] == "source":
+                out[h]["stage"].append(dict(m, source=src, fallback=None))
+                if src["type"] == "controller" and m["rel"] not in [c["rel"] for c in controller]:
+                    controller.append(m)
+            elif d["from"] == "peer":
+                peer = {"type": "peer", "url": serve_urls[d["peer"]], "host": d["peer"]}
+                out[h]["stage"].append(dict(m, source=peer, fallback=src if src["type"] != "none" else None))
+                if src["type"] == "controller" and m["rel"] not in [c["rel"] for c in controller]:
+                    controller.append(m)     # the fallback of a peer that fails
+    return {"hosts": out, "controller": controller, "source": src}
+
+
+def summary_lines(host, result):
+    """The end-of-stage lines of one host: per model what happened, bytes, time, rate, source; then the notes."""
+    if not result:
+        return ["%s: nothing staged" % host]
+    lines = []
+    for m in result.get("models") or []:
+        what = m.get("result") or m.get("state")
+        if what in ("unchanged", "complete"):
+            lines.append("%s: %s complete, unchanged (%d files, %s; stat only)" % (
+                host, m.get("final"), int(m.get("files") or 0), human(m.get("bytes_total") or 0)))
+            continue
+        t = float(m.get("elapsed_s") or 0)
+        moved = int(m.get("fetch_bytes") or 0)
+        lines.append("%s: %s %s: %d files, %s; fetched %s%s from %s; swap %s" % (
+            host, m.get("final"), what, int(m.get("files") or 0), human(m.get("bytes_total") or 0), human(moved),
+            (" in %s (%s/s)" % (duration(t), human(moved / t))) if t > 0 and moved else "",
+            ", ".join(m.get("sources") or ["-"]), m.get("swap") or "-"))
+    tot = float(result.get("elapsed_s") or 0)
+    lines.append("%s: %s received in %s (%s/s); %s of weight files read on this host (resumed prefixes, adopted "
+                 "files); process rchar %s, write_bytes %s" % (
+                     host, human(result.get("bytes_fetched") or 0), duration(tot),
+                     human((result.get("bytes_fetched") or 0) / tot) if tot else "0 B",
+                     human(result.get("weight_bytes_read") or 0), human((result.get("io") or {}).get("rchar", 0)),
+                     human((result.get("io") or {}).get("write_bytes", 0))))
+    lines += ["%s: note: %s" % (host, n) for n in result.get("notes") or []]
+    return lines
