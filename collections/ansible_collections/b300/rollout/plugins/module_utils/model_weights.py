@@ -69,7 +69,7 @@ def parse_manifest(data, where):
         try:
             data = json.loads(data)
         except ValueError as exc:
-            raise ManifestError("%s: not JSON (%s)" % (where, exc))
+            raise ManifestError("%s: not JSON (%s)" % (where, exc)) from None
     if not isinstance(data, dict):
         raise ManifestError("%s: expected a JSON object {\"files\": {...}}, found %s" % (where, type(data).__name__))
     if "files" not in data and "checksums" in data:

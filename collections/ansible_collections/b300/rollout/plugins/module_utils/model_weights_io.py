@@ -63,7 +63,7 @@ class FileReader:
             self.fd = os.open(path, os.O_RDONLY)
         except OSError as exc:
             raise SourceError("cannot open %s: %s" % (path, exc.strerror), retry=exc.errno not in (
-                errno.ENOENT, errno.EACCES, errno.EISDIR))
+                errno.ENOENT, errno.EACCES, errno.EISDIR)) from None
         if offset:
             os.lseek(self.fd, offset, os.SEEK_SET)
 
@@ -71,7 +71,7 @@ class FileReader:
         try:
             return os.readv(self.fd, [buf])
         except OSError as exc:
-            raise SourceError("reading %s: %s" % (self.path, exc.strerror))
+            raise SourceError("reading %s: %s" % (self.path, exc.strerror)) from None
 
     def close(self, ok=True):
         os.close(self.fd)
@@ -90,7 +90,7 @@ class ProcessReader:
                                          stdout=subprocess.PIPE, stderr=self.err, env=env, bufsize=0,
                                          close_fds=True)
         except OSError as exc:
-            raise SourceError("cannot run %s: %s" % (argv[0], exc.strerror), retry=False)
+            raise SourceError("cannot run %s: %s" % (argv[0], exc.strerror), retry=False) from None
         if stdin is not None:
             try:
                 self.proc.stdin.write(stdin)
@@ -203,7 +203,7 @@ def rclone_list(source, rel, secrets, timeout_s=300):
         res = subprocess.run(argv, env=rclone_env(source, secrets), capture_output=True, timeout=timeout_s,
                              check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise SourceError("rclone lsjson %s: %s" % (s3_key(source, rel), exc))
+        raise SourceError("rclone lsjson %s: %s" % (s3_key(source, rel), exc)) from None
     if res.returncode != 0:
         err = res.stderr.decode("utf-8", "replace")
         for secret in (secrets.get("s3_secret_access_key"), secrets.get("s3_access_key_id")):
@@ -515,11 +515,10 @@ class WeightsServer:
         if auth != "Bearer " + self.token:
             self._count("-", "refused")
             return self._reply(h, 401, b'{"error": "token"}', head=head)
-        for prefix, what in (("/v1/state/", "state"), ("/v1/files/", "file")):
-            if path.startswith(prefix):
-                break
-        else:
+        prefix = next((p for p in ("/v1/state/", "/v1/files/") if path.startswith(p)), None)
+        if prefix is None:
             return self._reply(h, 404, b'{"error": "path"}', head=head)
+        what = "state" if prefix == "/v1/state/" else "file"
         rest = path[len(prefix):]
         rel = next((r for r in sorted(self.models, key=len, reverse=True) if rest == r or rest.startswith(r + "/")),
                    None)

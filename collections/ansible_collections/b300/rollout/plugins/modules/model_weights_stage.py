@@ -367,8 +367,10 @@ def describe(src):
         return src.get("url")
     if t == "s3":
         return "s3 %s bucket %s" % (src.get("endpoint"), src.get("bucket"))
-    if t in ("peer", "controller"):
-        return "%s %s (%s)" % (t, src.get("host") or "", src.get("url"))
+    if t == "controller":
+        return "the controller (%s)" % src.get("url")
+    if t == "peer":
+        return "peer %s (%s)" % (src.get("host") or "?", src.get("url"))
     return str(t)
 
 
@@ -683,7 +685,7 @@ class Stager:
                             if src["type"] == "peer" and not last:
                                 return str(exc)
                             raise mio.SourceError("%s (%d attempts; %d of %d bytes kept in %s: a re-run resumes "
-                                                  "there)" % (exc, attempt, have, size, part), retry=False)
+                                                  "there)" % (exc, attempt, have, size, part), retry=False) from None
                         time.sleep(min(8, 2 ** (attempt - 1)))
                 os.fdatasync(fd)
                 got = h.hexdigest()
