@@ -148,7 +148,8 @@ def test_resume_from_a_part_over_http_ranges_and_restart_where_ranges_are_ignore
     (staging / (name + ".part")).write_bytes(whole[:1 << 20])
     (staging / mw.STAGING_STATE).write_text(json.dumps({"manifest_sha256": "x", "verified": {},
                                                         "parts": {name: model["files"][name]["sha256"]}}))
-    handler = lambda *a, **k: http.server.SimpleHTTPRequestHandler(*a, directory=model["src_root"], **k)  # noqa: E731  (one-line factory)
+    def handler(*a, **k):
+        return http.server.SimpleHTTPRequestHandler(*a, directory=model["src_root"], **k)
     plain = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=plain.serve_forever, daemon=True).start()
     try:
@@ -183,7 +184,10 @@ class CutServer(http.server.BaseHTTPRequestHandler):
             return
         self.wfile.write(data)
 
-    do_HEAD = lambda self: (self.send_response(200), self.send_header("Content-Length", "0"), self.end_headers())  # noqa: E731
+    def do_HEAD(self):
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
 
 
 def test_a_source_that_dies_mid_copy_fails_clearly_keeps_the_part_and_the_rerun_resumes(model):

@@ -49,11 +49,10 @@ options:
     required: true
   models:
     description:
-      - The model directories of this host. Each a mapping with C(rel) (path below the model root, the same at the
-        source), C(final) (absolute directory), C(need) (C(full) or C(tokenizer)), C(files) (the manifest's
-        C({name: {sha256, size}})), C(digest) (its manifest digest), C(where) (where the manifest came from, for
-        messages), C(source) (a mapping, see O(models[].source)) and C(fallback) (the source to use when a peer
-        fails, or null).
+      - "The model directories of this host. Each a mapping with C(rel) (path below the model root, the same at the
+        source), C(final) (absolute directory), C(need) (C(full) or C(tokenizer)), C(files) (the manifest's files,
+        name to sha256 and size), C(digest) (its manifest digest), C(where) (where the manifest came from, for
+        messages), C(source) (a mapping, below) and C(fallback) (the source to use when a peer fails, or null)."
       - "A source: C(type) one of C(path) (C(path): a directory holding <rel>/ that this host reads), C(http) (C(url):
         base URL, <url>/<rel>/<name>; optional C(ca_file)), C(s3) (C(endpoint), C(bucket), C(prefix), C(region),
         C(provider)), C(peer) or C(controller) (C(url) of a serve-mode server, C(host) its name)."
