@@ -253,7 +253,7 @@ def copy_stream(reader, fd, h, limit, on_bytes=None, bufsize=BUF, depth=DEPTH):
     buffer here, write it in a writer thread (the disk write overlaps the next read and hash). Returns the bytes
     written. A write error raises WriteError; the reader's own errors propagate after the writer drained."""
     q = queue.Queue(depth)
-    bufs = [bytearray(bufsize) for _ in range(depth + 2)]
+    bufs = [bytearray(bufsize) for _i in range(depth + 2)]
     state = {"err": None}
 
     def writer():
@@ -388,7 +388,7 @@ def mount_of(path, mountinfo="/proc/self/mountinfo"):
     try:
         with open(mountinfo) as fh:
             for line in fh:
-                left, _, right = line.partition(" - ")
+                left, _sep, right = line.partition(" - ")
                 fields, rest = left.split(), right.split()
                 if len(fields) < 5 or len(rest) < 2:
                     continue
@@ -406,7 +406,7 @@ def proc_io():
     try:
         with open("/proc/self/io") as fh:
             for line in fh:
-                k, _, v = line.partition(":")
+                k, _sep, v = line.partition(":")
                 out[k.strip()] = int(v)
     except (OSError, IOError, ValueError):
         pass
