@@ -344,6 +344,21 @@ def test_a_full_disk_is_refused_before_the_first_byte_naming_need_and_shortfall(
 
 
 # --- 6. S3 with credentials: nowhere in argv, output or artifacts -------------------------------------------------------
+PS_SAMPLER = r"""
+import os, time
+seen = set()
+while not os.path.exists("/tmp/wtest-ps.stop"):
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                seen.add(open("/proc/%s/cmdline" % pid, "rb").read().replace(b"\0", b" ").decode("utf-8", "replace"))
+            except OSError:
+                pass
+    time.sleep(0.02)
+open("/tmp/wtest-ps.txt", "w").write("\n".join(sorted(seen)))
+open("/tmp/wtest-ps.done", "w").close()
+"""
+
 def test_s3_source_credentials_never_in_argv_output_or_artifacts(env, sandbox, tmp_path):
     py = subprocess.run([str(ROOT / "tools/weights-s3-venv.sh")], capture_output=True, text=True, timeout=900)
     assert py.returncode == 0, "the S3 double's venv (tools/weights-s3-venv.sh) failed: %s" % py.stderr[-2000:]
@@ -370,13 +385,14 @@ def test_s3_source_credentials_never_in_argv_output_or_artifacts(env, sandbox, t
         vault.write_text("model_weights_s3_access_key_id: %s\nmodel_weights_s3_secret_access_key: %s\n" % (key_id, secret))
         vault.chmod(0o600)
         sandbox.exec("b300a", "rm -rf '%s'" % HOST_ROOT)
+        # the process table of the host every 20 ms from inside it (every argv seen, once), and the controller's
+        sandbox.run(["podman", "exec", "-d", "b300-b300a", "python3", "-c", PS_SAMPLER])
         samples, stop = [], threading.Event()
 
         def sample():
             while not stop.is_set():
                 samples.append(subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout)
-                samples.append(sandbox.exec("b300a", "ps -eo args", check=False).stdout)
-                time.sleep(0.2)
+                time.sleep(0.05)
         th = threading.Thread(target=sample)
         th.start()
         try:
@@ -386,6 +402,9 @@ def test_s3_source_credentials_never_in_argv_output_or_artifacts(env, sandbox, t
         finally:
             stop.set()
             th.join()
+            sandbox.exec("b300a", "touch /tmp/wtest-ps.stop; for i in $(seq 50); do [ -f /tmp/wtest-ps.done ] && break; "
+                                  "sleep 0.1; done")
+        samples.append(sandbox.exec("b300a", "cat /tmp/wtest-ps.txt; rm -f /tmp/wtest-ps.*").stdout)
     finally:
         moto.terminate()
         moto.wait()
