@@ -89,7 +89,8 @@ class Env:
         tasks = {}
         for play in doc["plays"]:
             for t in play["tasks"]:
-                tasks.setdefault(t["task"]["name"], {}).update(t["hosts"])
+                # the json callback names a role's task "<role> : <name>"
+                tasks.setdefault(t["task"]["name"].split(" : ", 1)[-1], {}).update(t["hosts"])
         if ok:
             assert r.returncode == 0, "weights.yml failed: %s" % failures(tasks)
         return r.returncode, tasks, r.stdout

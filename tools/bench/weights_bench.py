@@ -203,7 +203,8 @@ def playbook(limit, extra, label):
     tasks = [t for p in doc["plays"] for t in p["tasks"]]
 
     def results(name):
-        return [(h, res) for t in tasks if t["task"]["name"] == name for h, res in t["hosts"].items()]
+        return [(h, res) for t in tasks if t["task"]["name"].split(" : ", 1)[-1] == name
+                for h, res in t["hosts"].items()]
     stage = {}
     for h, res in results("Stage | stage job state"):
         if res.get("finished"):
