@@ -8,6 +8,7 @@ spec: {"host": NAME,
        "gpu_memory_mib": N | null,                               # per GPU (gpu_topology facts)
        "model_check": bool, "protect_home": "yes"|"read-only"|"tmpfs"|"no", "user": NAME,
        "manifest": {path: sha256} | {}, "size_tolerance_pct": 5,
+       "verify": "marker" | "full", "deferred": bool,                 # the weights stage's marker (below)
        "memory_check": bool, "memory_reserve_gib": N,
        "disk_paths": [path...], "disk_min_free_gib": N,
        "advertise_address": ADDR | null}
@@ -19,6 +20,13 @@ the optional manifest's sha256 match; host RAM covers the hierarchical cache (R 
 the install and log paths; the advertise address is one of this host's addresses and not loopback.
 Prints one JSON line {"ok", "problems": [...], "facts": {...}}; exit 0 ok, 2 problems. Every problem names the host,
 the item, the found and expected values and the fix.
+
+A directory the weights stage (roles/model_weights) completed holds its marker .b300-stage.json: the manifest digest
+and per file sha256, size and [size, mtime_ns, inode] when it was verified. When the marker is consistent and every
+file still has its recorded stat, the manifest entries of sglang_model_manifest under it are compared with the
+marker's sha256 instead of re-hashing (verify: full hashes anyway); a file whose stat changed since is refused.
+deferred (site.yml's preflight when its weights step runs later in the same run): a missing or incomplete directory
+is not a problem yet (the weights step stages it, the deploy's own check runs after it).
 """
 import hashlib
 import json
@@ -91,6 +99,38 @@ def sha256(path):
     return h.hexdigest()
 
 
+MARKER = ".b300-stage.json"
+MARKER_FORMAT = "b300-weights-stage/1"
+
+
+def stage_marker(path):
+    """(marker, stale names) of a directory the weights stage completed; (None, []) when it has no usable marker.
+    Consistent = its file list hashes to the digest it claims (module_utils/model_weights.py manifest_digest)."""
+    try:
+        with open(os.path.join(path, MARKER)) as fh:
+            marker = json.load(fh)
+    except (OSError, ValueError):
+        return None, []
+    files = marker.get("files") if isinstance(marker, dict) else None
+    if marker.get("format") != MARKER_FORMAT or not isinstance(files, dict):
+        return None, []
+    canon = {"files": {n: {"sha256": f.get("sha256"), "size": f.get("size")} for n, f in files.items()}}
+    if hashlib.sha256(json.dumps(canon, sort_keys=True, separators=(",", ":")).encode()).hexdigest() != marker.get(
+            "manifest_sha256"):
+        return None, []
+    stale = []
+    for name, f in sorted(files.items()):
+        try:
+            st = os.stat(os.path.join(path, name))
+        except OSError:
+            stale.append("%s (missing)" % name)
+            continue
+        now = [st.st_size, st.st_mtime_ns, st.st_ino]
+        if now != list(f.get("stat") or [])[:3]:
+            stale.append("%s (size/mtime_ns/inode %s, staged as %s)" % (name, now, f.get("stat")))
+    return marker, stale
+
+
 def check_model(host, label, path, spec, uid, gids):
     """(problems, total weight bytes or None) of one model directory."""
     probs = []
@@ -101,10 +141,21 @@ def check_model(host, label, path, spec, uid, gids):
                      "succeeds, the worker sees nothing); fix: move the weights (e.g. under /models or /data) and set "
                      "sglang_model_root (or sglang_systemd_hardening: false, which drops ProtectHome= with the rest)" % (
                          host, label, path, next(h for h in HIDDEN_BY_PROTECT_HOME if path.startswith(h)), protect))
+    marker, stale = stage_marker(path) if os.path.isdir(path) else (None, [])
+    if spec.get("deferred") and (marker is None or stale):
+        return probs, None      # the weights step of this run stages and verifies it; the deploy checks it after
     if not os.path.isdir(path):
-        probs.append("%s: %s model directory %s is missing; expected the model's weights there (fix: copy them or set "
-                     "sglang_model_root)" % (host, label, path))
+        probs.append("%s: %s model directory %s is missing; expected the model's weights there (fix: run "
+                     "playbooks/weights.yml, copy them, or set sglang_model_root)" % (host, label, path))
         return probs, None
+    if marker is not None:
+        spec.setdefault("_staged", {})[path] = marker
+        if stale:
+            probs.append("%s: %s model directory %s changed since the weights stage verified it (%s%s); expected every "
+                         "file as staged; fix: run playbooks/weights.yml (it re-verifies and replaces what changed)"
+                         % (host, label, path, "; ".join(stale[:5]), " ..." if len(stale) > 5 else ""))
+        if stale:
+            spec["_staged"].pop(path)
     names = set(os.listdir(path))
     if "config.json" not in names:
         probs.append("%s: %s model directory %s has no config.json; expected a Hugging Face model directory"
@@ -214,15 +265,31 @@ def check(spec, meminfo="/proc/meminfo"):
                 probs, total = check_model(host, label, path, spec, uid, gids)
                 problems += probs
                 weights[path] = total
+        staged = spec.get("_staged") or {}
+        by_marker = facts.setdefault("verified_by_marker", [])
         for path, want in sorted((spec.get("manifest") or {}).items()):
             if not os.path.isfile(path):
-                problems.append("%s: manifest file %s is missing (sglang_model_manifest)" % (host, path))
+                if not spec.get("deferred"):
+                    problems.append("%s: manifest file %s is missing (sglang_model_manifest)" % (host, path))
+                continue
+            top = next((d for d in staged if path.startswith(d.rstrip("/") + "/")), None)
+            rec = (staged[top].get("files") or {}).get(path[len(top.rstrip("/")) + 1:]) if top else None
+            if rec and spec.get("verify", "marker") != "full":
+                if rec.get("sha256") != str(want).lower():
+                    problems.append("%s: %s was staged with sha256 %s (its stage marker), sglang_model_manifest says "
+                                    "%s; fix: stage the model the manifest pins (playbooks/weights.yml with its "
+                                    "manifest) or correct sglang_model_manifest" % (host, path, rec.get("sha256"), want))
+                else:
+                    by_marker.append(path)
                 continue
             got = sha256(path)
             if got != str(want).lower():
                 problems.append("%s: %s sha256 %s, the manifest says %s; fix: copy the file again"
                                 % (host, path, got, want))
     facts["weights_bytes"] = weights
+    facts["staged"] = {p: {"manifest_sha256": m.get("manifest_sha256"), "staged_at": m.get("staged_at"),
+                           "files": len(m.get("files") or {})} for p, m in (spec.get("_staged") or {}).items()}
+    spec.pop("_staged", None)
     if spec.get("memory_check", True) and spec.get("gpu_memory_mib"):
         need = hicache_need(spec.get("instances") or [], int(spec["gpu_memory_mib"]) * 1024 * 1024, weights)
         if need:

@@ -503,6 +503,8 @@ ROLE_RULES = {
     "sglang_model_root": rule_argv_path,
     "sglang_model_check": rule_bool,
     "sglang_model_manifest": _manifest,
+    "sglang_model_verify": lambda v: rule_choice(v, ("marker", "full")),
+    "sglang_model_check_deferred": rule_bool,
     "sglang_model_size_tolerance_pct": lambda v: rule_int(v, 0, 100, unit="percent"),
     "sglang_host_memory_check": rule_bool,
     "sglang_host_memory_reserve_gib": lambda v: rule_int(v, 0, unit="GiB"),
@@ -771,4 +773,120 @@ def check_secret(name, value, host=None, optional=True, min_len=SECRET_MIN_LEN, 
     is checked with min_len=1: it only has to be sendable as a Bearer token, whatever length it was set with."""
     problems = []
     _run(problems, host, name, lambda v: rule_secret(v, optional=optional, min_len=min_len, max_len=max_len), value)
+    return problems
+
+
+# --- roles/model_weights (issue 28) -----------------------------------------------------------------------------------
+def rule_weights_source(value):
+    """model_weights_source: {type: none|path|http|s3, ...}: the values that reach a host (paths as quoted argv, the
+    URL as curl's --url, the S3 endpoint as rclone's env), no credentials in it (those come from the vault vars)."""
+    rule = ("a mapping {type: none} | {type: path, path: /ABS, where: host|controller} | {type: http, url: https://..., "
+            "ca_file: /ABS} | {type: s3, endpoint: https://..., bucket: NAME, prefix: P, region: R}, without "
+            "credentials (model_weights_s3_* / model_weights_http_* from the vault)")
+    if not isinstance(value, dict):
+        raise Refusal("%s %s" % (_type_name(value), show(value)), rule, "write a mapping")
+    known = {"type", "path", "where", "url", "ca_file", "endpoint", "bucket", "prefix", "region", "provider"}
+    extra = sorted(set(value) - known)
+    if extra:
+        raise Refusal("unknown key(s) %s (values not shown)" % ", ".join(str(k) for k in extra), rule,
+                      "remove them; credentials go in model_weights_s3_access_key_id / _secret_access_key or "
+                      "model_weights_http_token / _user / _password")
+    rule_choice(value.get("type"), ("none", "path", "http", "s3"))
+    for key in ("path", "ca_file"):
+        if value.get(key):
+            rule_argv_path(value[key])
+    for key in ("url", "endpoint"):
+        v = value.get(key)
+        if v in (None, ""):
+            continue
+        m = re.match(r"^https?://([^/?#]+)(/[^?#]*)?$", v) if isinstance(v, str) else None
+        if not m:
+            raise Refusal("%s: %s is not an http(s) URL without query or fragment" % (key, show(v)), rule,
+                          "write http(s)://HOST[:PORT]/PATH")
+        if "@" in m.group(1):
+            raise Refusal("%s carries credentials (user:password@, value not shown)" % key, rule,
+                          "put them in the vault variables: a URL is printed and reaches curl's argv")
+        bad = _bad_char(v)
+        if bad or " " in v:
+            raise Refusal("%s: %s holds %s" % (key, show(v), _describe(bad[1] if bad else " ")), rule,
+                          "percent-encode it")
+    for key in ("bucket", "prefix", "region", "provider"):
+        v = value.get(key)
+        if v not in (None, "") and (not isinstance(v, str) or not re.match(r"^[A-Za-z0-9][A-Za-z0-9._/-]*$", v)):
+            raise Refusal("%s: %s" % (key, show(v)), rule, "letters, digits and . _ - / only")
+
+
+def _digests(value):
+    _dict_shape(value)
+    for rel, digest in value.items():
+        if not isinstance(digest, str) or not SHA256_RE.match(digest):
+            raise Refusal("the digest of %s is %s" % (show(rel), show(digest)), "64 lower-case hex digits (the "
+                          "manifest digest tools/weights-manifest prints)", "copy the digest it printed")
+
+
+def _mode(value):
+    if not (isinstance(value, str) and re.match(r"^0[0-7]{3}$", value)):
+        raise Refusal("%s" % show(value), "an octal mode as a quoted string, e.g. \"0640\"", "quote it: \"0640\"")
+
+
+# variable -> check(value); every variable of roles/model_weights/defaults/main.yml is here or in
+# MODEL_WEIGHTS_NOT_CHECKED (tests/unit/test_model_weights.py keeps them in sync).
+MODEL_WEIGHTS_RULES = {
+    "model_weights_source": rule_weights_source,
+    "model_weights_manifest_dir": rule_argv_path,
+    "model_weights_digests": _digests,
+    "model_weights_fanout": rule_bool,
+    "model_weights_parallel_files": lambda v: rule_int(v, 1, 64, unit="files"),
+    "model_weights_reserve_gib": lambda v: rule_int(v, 0, unit="GiB"),
+    "model_weights_retries": lambda v: rule_int(v, 0, 20, unit="retries"),
+    "model_weights_progress_s": rule_int,
+    "model_weights_timeout_s": rule_int,
+    "model_weights_stall_s": rule_int,
+    "model_weights_peer_wait_s": rule_int,
+    "model_weights_serve_port": rule_port,
+    "model_weights_serve_address": rule_advertise_address,
+    "model_weights_controller_address": lambda v: None if v in ("", None) else rule_advertise_address(v),
+    "model_weights_owner": lambda v: rule_name(v, "posix_name"),
+    "model_weights_group": lambda v: rule_name(v, "posix_name"),
+    "model_weights_file_mode": _mode,
+    "model_weights_dir_mode": _mode,
+    "model_weights_verify": lambda v: rule_choice(v, ("marker", "full")),
+    "model_weights_protect_home": rule_bool,
+    "model_weights_run_dir": rule_unit_path,
+    "model_weights_http_user": lambda v: rule_text(v, required=False),
+}
+MODEL_WEIGHTS_NOT_CHECKED = {
+    "model_weights_s3_access_key_id": "a secret: checked by check_model_weights_secrets, never shown",
+    "model_weights_s3_secret_access_key": "a secret: checked by check_model_weights_secrets, never shown",
+    "model_weights_http_token": "a secret: checked by check_model_weights_secrets, never shown",
+    "model_weights_http_password": "a secret: checked by check_model_weights_secrets, never shown",
+}
+MODEL_WEIGHTS_SECRETS = tuple(sorted(MODEL_WEIGHTS_NOT_CHECKED))
+
+
+def check_model_weights_inputs(values, host=None):
+    """Every variable of MODEL_WEIGHTS_RULES present in `values`; one line per broken rule (no secret shown)."""
+    problems = []
+    for var, check in MODEL_WEIGHTS_RULES.items():
+        if var in values:
+            _run(problems, host, var, check, values[var])
+    return problems
+
+
+def check_model_weights_secrets(secrets, host=None):
+    """The credentials: strings without whitespace or control characters (they go into a 0600 file, curl's -K
+    config and rclone's environment); the value is never part of a message."""
+    problems = []
+    for name, value in (secrets or {}).items():
+        if value in (None, ""):
+            continue
+        where = "(secret, value not shown: %d characters)" % len(value) if isinstance(value, str) else "(not a string)"
+        bad = None if not isinstance(value, str) else next(
+            ((i, char_class(c)) for i, c in enumerate(value) if char_class(c) and c != " " or c in "\"\\"), None)
+        if not isinstance(value, str) or bad:
+            problems.append(_fmt(host, name, Refusal(
+                "%s%s" % (where, " holds %s at character %d" % (bad[1] or "a quote or backslash", bad[0] + 1)
+                          if bad else ""),
+                "printable text without control characters, quotes or backslashes", "keep it in ansible-vault, "
+                "trimmed (a value read from a file keeps its trailing newline: `| trim`)")))
     return problems
