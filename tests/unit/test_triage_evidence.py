@@ -117,6 +117,9 @@ def test_an_unreachable_hosts_evidence_is_listed_not_judged():
 
 # --------------------------------------------------------------------------- the files themselves
 def load_cli():
+    # tools/triage imports the shared wrapper tools/runner_cli.py from its own directory
+    if str(REPO / "tools") not in sys.path:
+        sys.path.insert(0, str(REPO / "tools"))
     loader = importlib.machinery.SourceFileLoader("triage_cli", str(REPO / "tools" / "triage"))
     spec = importlib.util.spec_from_loader("triage_cli", loader)
     mod = importlib.util.module_from_spec(spec)

@@ -300,32 +300,9 @@ def parse_line(line, raw=None):
     if not msg:
         return None
     ev = _event(ts, raw if raw is not None else line.rstrip("\r\n"))
-    m = _XID_RE.search(msg)
-    if m:
-        code = int(m.group("code"))
-        meaning, action = xid_meaning(code)
-        ev.update(kind="xid", code=code, gpu_pci=_pci_norm(m.group("pci")), meaning=meaning, action=action,
-                  detail=m.group("text").strip(), sub="fatal" if code in XID_FATAL else "other")
-        return ev
-    m = _SXID_RE.search(msg)
-    if m and "SXid" in msg:
-        ev.update(kind="sxid", code=int(m.group("code")), bdf=_pci_norm(m.group("pci")), name=m.group("sw"),
-                  detail=m.group("text").strip(), sub="fatal" if "fatal" in m.group("text").lower()
-                  and "non-fatal" not in m.group("text").lower() else "non_fatal")
-        return ev
-    m = _FALLEN_RE.search(msg)
-    if m:
-        ev.update(kind="gpu_fallen_off_bus", gpu_pci=_pci_norm(m.group("pci")), code=79,
-                  meaning=XID_CATALOG[79][0], action=XID_CATALOG[79][1], sub="fatal")
-        return ev
-    if _PEERMEM_RE.search(msg):
-        ev.update(kind="peermem_invalid_context", sub="invalid_context", detail=msg)
-        return ev
-    m = _TX_TIMEOUT_RE.search(msg)
-    if m:
-        ev.update(kind="netdev_tx_timeout", sub="tx_timeout", netdev=m.group("netdev"), code=int(m.group("q")),
-                  detail=msg)
-        return ev
+    got = _gpu_or_netdev_event(ev, msg)
+    if got:
+        return got
     dm = _MLX5_DEV_RE.match(msg)
     body = msg
     if dm:
@@ -357,27 +334,7 @@ def parse_line(line, raw=None):
     if gd:
         ev["bdf"] = ev["bdf"] or _pci_norm(gd.group("bdf"))
         body = gd.group("msg")
-        for kind, sub, rx in PCIE_PATTERNS:
-            mm = rx.search(body)
-            if mm:
-                ev.update(kind=kind, sub=sub, detail=body)
-                if sub == "bandwidth_limited":
-                    ev.update(code="%s GT/s x%s" % (mm.group("ls"), mm.group("lw")),
-                              limiting=_pci_norm(mm.group("at")) or mm.group("at"),
-                              capable="%s GT/s x%s" % (mm.group("cs"), mm.group("cw")),
-                              limit_speed=float(mm.group("ls")), limit_width=int(mm.group("lw")),
-                              cap_speed=float(mm.group("cs")), cap_width=int(mm.group("cw")),
-                              avail_gbps=float(mm.group("avail")), cap_gbps=float(mm.group("cap")))
-                return ev
-        mm = _AER_REC_RE.match(body)
-        if mm and aer_severity(mm.group("sev")):
-            ev.update(kind="pcie_aer", sub=aer_severity(mm.group("sev")), layer=mm.group("type").strip(), errors=[],
-                      reporter=None, detail=body)
-            return ev
-        mm = _AER_HDR_RE.match(body)
-        if mm:
-            ev.update(kind="pcie_aer", sub=aer_severity(mm.group("sev")), layer=None, errors=[],
-                      reporter=ev["bdf"], bdf=_aer_source(mm, ev["bdf"]), detail=body, header=True)
+        if _pcie_device_event(ev, body):
             return ev
     if not dm:
         # a message without any device prefix (wrapped away from it, or printed so): the mlx5 signatures still count
@@ -391,6 +348,66 @@ def parse_line(line, raw=None):
         ev.update(kind="ib_carrier_lost", sub="lost_carrier", netdev=ev["netdev"] or mm.group("netdev"), detail=body)
         return ev
     return None
+
+
+def _gpu_or_netdev_event(ev, msg):
+    """The NVIDIA driver's lines (Xid, SXid, fallen off the bus, nvidia_peermem) and a netdev's TX timeout: ev filled
+    in, or None."""
+    m = _XID_RE.search(msg)
+    if m:
+        code = int(m.group("code"))
+        meaning, action = xid_meaning(code)
+        ev.update(kind="xid", code=code, gpu_pci=_pci_norm(m.group("pci")), meaning=meaning, action=action,
+                  detail=m.group("text").strip(), sub="fatal" if code in XID_FATAL else "other")
+        return ev
+    m = _SXID_RE.search(msg)
+    if m and "SXid" in msg:
+        ev.update(kind="sxid", code=int(m.group("code")), bdf=_pci_norm(m.group("pci")), name=m.group("sw"),
+                  detail=m.group("text").strip(), sub="fatal" if "fatal" in m.group("text").lower()
+                  and "non-fatal" not in m.group("text").lower() else "non_fatal")
+        return ev
+    m = _FALLEN_RE.search(msg)
+    if m:
+        ev.update(kind="gpu_fallen_off_bus", gpu_pci=_pci_norm(m.group("pci")), code=79,
+                  meaning=XID_CATALOG[79][0], action=XID_CATALOG[79][1], sub="fatal")
+        return ev
+    if _PEERMEM_RE.search(msg):
+        ev.update(kind="peermem_invalid_context", sub="invalid_context", detail=msg)
+        return ev
+    m = _TX_TIMEOUT_RE.search(msg)
+    if m:
+        ev.update(kind="netdev_tx_timeout", sub="tx_timeout", netdev=m.group("netdev"), code=int(m.group("q")),
+                  detail=msg)
+        return ev
+    return None
+
+
+def _pcie_device_event(ev, body):
+    """A PCIe device line (pcieport, pciehp, DPC, the probe-time bandwidth limit, an AER record or its header): True
+    with ev filled in."""
+    for kind, sub, rx in PCIE_PATTERNS:
+        mm = rx.search(body)
+        if mm:
+            ev.update(kind=kind, sub=sub, detail=body)
+            if sub == "bandwidth_limited":
+                ev.update(code="%s GT/s x%s" % (mm.group("ls"), mm.group("lw")),
+                          limiting=_pci_norm(mm.group("at")) or mm.group("at"),
+                          capable="%s GT/s x%s" % (mm.group("cs"), mm.group("cw")),
+                          limit_speed=float(mm.group("ls")), limit_width=int(mm.group("lw")),
+                          cap_speed=float(mm.group("cs")), cap_width=int(mm.group("cw")),
+                          avail_gbps=float(mm.group("avail")), cap_gbps=float(mm.group("cap")))
+            return True
+    mm = _AER_REC_RE.match(body)
+    if mm and aer_severity(mm.group("sev")):
+        ev.update(kind="pcie_aer", sub=aer_severity(mm.group("sev")), layer=mm.group("type").strip(), errors=[],
+                  reporter=None, detail=body)
+        return True
+    mm = _AER_HDR_RE.match(body)
+    if mm:
+        ev.update(kind="pcie_aer", sub=aer_severity(mm.group("sev")), layer=None, errors=[],
+                  reporter=ev["bdf"], bdf=_aer_source(mm, ev["bdf"]), detail=body, header=True)
+        return True
+    return False
 
 
 def _aer_source(m, reporter):

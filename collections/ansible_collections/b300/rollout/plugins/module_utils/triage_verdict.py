@@ -729,18 +729,9 @@ def _ibv_error_hint(verb, error):
     return "see the HCA's kernel log at that time; `ulimit -l`"
 
 
-def nccl_warn_findings(warns, default_dev):
-    """Findings from NCCL's WARN/INFO lines and PyTorch's watchdog lines (``parse_nccl_warns``). ``default_dev``: the
-    device a line without an HCA is charged to (the only NIC of a triage run, or "host" for pasted evidence). Completion
-    errors and async fatal events fail on their HCA (R11); the rest is ours, each rule says why."""
+def _nccl_async_findings(w, default_dev):
+    """NCCL's async events (fatal event, device, port, QP/CQ errors), grouped per HCA and kind."""
     out = []
-    w = warns or {}
-    for c in (w.get("completions") or [])[:3]:
-        hca = c.get("hca") or default_dev
-        out.append(_f(hca, "nccl_warn", "fault", "R11: NCCL WARN completion error; NCCL's hint for %s "
-                      "(common.h:612-629)" % c["status_name"], [c["raw"], c.get("hint")],
-                      "status %s: %s" % (c["status"], c.get("hint") or "see NCCL docs"),
-                      "NCCL %s(%d) on %s" % (c["status_name"], c["status"], hca), 35))
     groups = {}
     for a in w.get("async_events") or []:
         groups.setdefault((a.get("hca") or default_dev, a.get("kind"), a.get("text")), []).append(a)
@@ -766,6 +757,12 @@ def nccl_warn_findings(warns, default_dev):
                           "(`Got async event : %s`) takes the connection down like the async fatal event" % t,
                           [e["raw"] for e in evs[:2]], "see the kernel log of the HCA; the completion errors beside it",
                           "async event '%s' on %s%s" % (t, dev, n), 35))
+    return out
+
+
+def _nccl_ibv_findings(w, default_dev):
+    """Failed ibverbs calls NCCL made (misc/ibvwrap), grouped per verb and error."""
+    out = []
     fails = {}
     for f in w.get("ibv_failures") or []:
         fails.setdefault((f["verb"], f.get("error")), []).append(f)
@@ -781,21 +778,12 @@ def nccl_warn_findings(warns, default_dev):
                       "%s failed`): NCCL cannot connect through the HCA; the error text says why" % verb,
                       [f["raw"] for f in fs[:2]] + [_ibv_error_hint(verb, error)], _ibv_error_hint(verb, error),
                       "NCCL %s failed%s%s" % (verb, (" (" + error + ")") if error else "", n), 30))
-    ce = w.get("comm_errors") or []
-    if ce:
-        out.append(_f(default_dev, "nccl_warn", "fault", "ours: NCCL aborted the communicator (`communicator encountered "
-                      "a fatal error`): the job failed; its cause is the WARN before it", [c["raw"] for c in ce[:2]],
-                      "read the WARN lines before it (completion, async event)", "NCCL communicator fatal error x%d"
-                      % len(ce), 15))
-    wd = w.get("watchdog") or []
-    if wd:
-        ops = sorted({"%s SeqNum=%d" % (x["op"], x["seq"]) for x in wd})
-        ranks = sorted({x["rank"] for x in wd})
-        out.append(_f(default_dev, "nccl_warn", "suspect", "ours: PyTorch's ProcessGroupNCCL watchdog timed a collective "
-                      "out (ProcessGroupNCCL.cpp checkTimeout): the hang itself; its cause is in the other findings",
-                      [x["raw"] for x in wd[:2]], "find the rank that did not join (the first timeout) and its node's "
-                      "kernel log and NIC counters", "PyTorch NCCL watchdog timeout: %s (rank %s, %d ms)" % (
-                          ", ".join(ops[:2]), ",".join(str(r) for r in ranks[:8]), max(x["ran_ms"] for x in wd)), 10))
+    return out
+
+
+def _nccl_gdr_findings(w, default_dev):
+    """GPU Direct RDMA disabled per HCA (and why), or between GPU/HCA pairs (PCIe distance)."""
+    out = []
     # GPU Direct RDMA: the last word per HCA of the transports that carry traffic (not NET/Socket)
     last = {}
     for e in w.get("gdr_events") or []:
@@ -836,6 +824,39 @@ def nccl_warn_findings(warns, default_dev):
                       "NCCL_NET_GDR_LEVEL only if the placement is right",
                       "NCCL GDR off for %s (distance above the GDR level)" % ", ".join(
                           "GPU %s / HCA %d" % (g["gpu"], g["hca_index"]) for g in far[:3]), 10))
+    return out
+
+
+def nccl_warn_findings(warns, default_dev):
+    """Findings from NCCL's WARN/INFO lines and PyTorch's watchdog lines (``parse_nccl_warns``). ``default_dev``: the
+    device a line without an HCA is charged to (the only NIC of a triage run, or "host" for pasted evidence). Completion
+    errors and async fatal events fail on their HCA (R11); the rest is ours, each rule says why."""
+    out = []
+    w = warns or {}
+    for c in (w.get("completions") or [])[:3]:
+        hca = c.get("hca") or default_dev
+        out.append(_f(hca, "nccl_warn", "fault", "R11: NCCL WARN completion error; NCCL's hint for %s "
+                      "(common.h:612-629)" % c["status_name"], [c["raw"], c.get("hint")],
+                      "status %s: %s" % (c["status"], c.get("hint") or "see NCCL docs"),
+                      "NCCL %s(%d) on %s" % (c["status_name"], c["status"], hca), 35))
+    out += _nccl_async_findings(w, default_dev)
+    out += _nccl_ibv_findings(w, default_dev)
+    ce = w.get("comm_errors") or []
+    if ce:
+        out.append(_f(default_dev, "nccl_warn", "fault", "ours: NCCL aborted the communicator (`communicator encountered "
+                      "a fatal error`): the job failed; its cause is the WARN before it", [c["raw"] for c in ce[:2]],
+                      "read the WARN lines before it (completion, async event)", "NCCL communicator fatal error x%d"
+                      % len(ce), 15))
+    wd = w.get("watchdog") or []
+    if wd:
+        ops = sorted({"%s SeqNum=%d" % (x["op"], x["seq"]) for x in wd})
+        ranks = sorted({x["rank"] for x in wd})
+        out.append(_f(default_dev, "nccl_warn", "suspect", "ours: PyTorch's ProcessGroupNCCL watchdog timed a collective "
+                      "out (ProcessGroupNCCL.cpp checkTimeout): the hang itself; its cause is in the other findings",
+                      [x["raw"] for x in wd[:2]], "find the rank that did not join (the first timeout) and its node's "
+                      "kernel log and NIC counters", "PyTorch NCCL watchdog timeout: %s (rank %s, %d ms)" % (
+                          ", ".join(ops[:2]), ",".join(str(r) for r in ranks[:8]), max(x["ran_ms"] for x in wd)), 10))
+    out += _nccl_gdr_findings(w, default_dev)
     if w.get("ib_no_device") and (w.get("network") or "Socket") == "Socket":
         out.append(_f(default_dev, "nccl_warn", "fault", "ours: `NET/IB : No device found.` then sockets: NCCL found no "
                       "usable IB/RoCE HCA (rdma-core, the port state, NCCL_IB_HCA) and runs over TCP",

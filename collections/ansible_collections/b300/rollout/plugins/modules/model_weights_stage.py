@@ -779,6 +779,46 @@ class Stager:
             return 0
 
     # --- one model directory ---
+    def prepare_staging(self, ctx, r, actions):
+        """The staging directory of r holds this manifest's files only (an older content, a foreign file: removed);
+        what a resumed or already verified file carries over is recorded."""
+        files, staging = r["_files"], r["_staging"]
+        self.makedirs(os.path.dirname(r["final"]), 0o755, owned=False)
+        self.makedirs(staging, self.dmode)
+        keep = set(files) | {a["name"] + mw.PART_SUFFIX for a in actions if a["action"] == "resume"}
+        keep.add(mw.STAGING_STATE)
+        for dirpath, _dirs, names in os.walk(staging, topdown=False):
+            for f in names:
+                rel = os.path.relpath(os.path.join(dirpath, f), staging)
+                if rel not in keep or (rel in files and any(a["name"] == rel and a["action"] == "fetch"
+                                                            for a in actions)):
+                    os.unlink(os.path.join(dirpath, f))
+        for a in actions:
+            if a["action"] == "have":
+                ctx["verified"][a["name"]] = r["_sstate"]["verified"][a["name"]]
+            elif a["action"] == "resume":
+                ctx["parts"][a["name"]] = files[a["name"]]["sha256"]
+
+    def fetch_one(self, ctx, r, a):
+        """Fetch one file of r into its staging directory; a failure is recorded on ctx, never raised."""
+        files, staging, src = r["_files"], r["_staging"], ctx["source"]
+        name, want = a["name"], files[a["name"]]
+        try:
+            self.fetch_file(ctx, a)
+        except VerifyError as exc:
+            self.fail(ctx, name, str(exc))
+        except mio.SourceError as exc:
+            self.fail(ctx, name, "%s: %s/%s from %s: %s; found: no complete file; expected %d bytes, sha256 %s; "
+                                 "the serving copy is untouched" % (self.host, r["rel"], name, describe(src), exc,
+                                                                    int(want["size"]), want["sha256"]))
+        except (mio.WriteError, OSError) as exc:
+            fs = mio.mount_of(staging)
+            self.fail(ctx, name, "%s: writing %s/%s into %s (file system %s, %s): %s; found %s free; expected "
+                                 "room for %d bytes; the serving copy is untouched" % (
+                                     self.host, r["rel"], name, staging, fs[0], fs[1],
+                                     getattr(exc, "strerror", None) or exc, mw.human(self.avail(staging)),
+                                     int(want["size"])))
+
     def run_model(self, r, m, pool):
         t0 = time.time()
         files, actions, staging = r["_files"], [dict(a) for a in r["_actions"]], r["_staging"]
@@ -841,22 +881,7 @@ class Stager:
         if src.get("type") == "peer":
             ctx["peer_state"] = PeerState(src, r["rel"], self.secrets.get("peer_token") or "")
         res["sources"] = [describe(src)]
-        # the staging directory holds this manifest's files only (an older content, a foreign file: removed)
-        self.makedirs(os.path.dirname(r["final"]), 0o755, owned=False)
-        self.makedirs(staging, self.dmode)
-        keep = set(files) | {a["name"] + mw.PART_SUFFIX for a in actions if a["action"] == "resume"}
-        keep.add(mw.STAGING_STATE)
-        for dirpath, _dirs, names in os.walk(staging, topdown=False):
-            for f in names:
-                rel = os.path.relpath(os.path.join(dirpath, f), staging)
-                if rel not in keep or (rel in files and any(a["name"] == rel and a["action"] == "fetch"
-                                                            for a in actions)):
-                    os.unlink(os.path.join(dirpath, f))
-        for a in actions:
-            if a["action"] == "have":
-                ctx["verified"][a["name"]] = r["_sstate"]["verified"][a["name"]]
-            elif a["action"] == "resume":
-                ctx["parts"][a["name"]] = files[a["name"]]["sha256"]
+        self.prepare_staging(ctx, r, actions)
         self.write_record(ctx)
         self.write_status(ctx)
         for a in actions:
@@ -874,24 +899,7 @@ class Stager:
                 self.record_verified(ctx, a["name"], os.path.join(staging, a["name"]))
         fetch.sort(key=lambda a: (-int(files[a["name"]]["size"]), a["name"]))
 
-        def one(a):
-            name, want = a["name"], files[a["name"]]
-            try:
-                self.fetch_file(ctx, a)
-            except VerifyError as exc:
-                self.fail(ctx, name, str(exc))
-            except mio.SourceError as exc:
-                self.fail(ctx, name, "%s: %s/%s from %s: %s; found: no complete file; expected %d bytes, sha256 %s; "
-                                     "the serving copy is untouched" % (self.host, r["rel"], name, describe(src), exc,
-                                                                        int(want["size"]), want["sha256"]))
-            except (mio.WriteError, OSError) as exc:
-                fs = mio.mount_of(staging)
-                self.fail(ctx, name, "%s: writing %s/%s into %s (file system %s, %s): %s; found %s free; expected "
-                                     "room for %d bytes; the serving copy is untouched" % (
-                                         self.host, r["rel"], name, staging, fs[0], fs[1],
-                                         getattr(exc, "strerror", None) or exc, mw.human(self.avail(staging)),
-                                         int(want["size"])))
-        list(pool.map(one, fetch))
+        list(pool.map(lambda a: self.fetch_one(ctx, r, a), fetch))
         res["notes"] = ctx["notes"]
         if ctx["failed"]:
             ctx["status"] = "failed"
