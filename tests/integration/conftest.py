@@ -135,9 +135,10 @@ FLEET_ORDER = [
     ("test_nccl_role.py", None), ("test_health_history.py", None), ("test_thermal_soak.py", None),
     ("test_triage.py", None), ("test_weights.py", None),
     # kimi_k3
-    ("test_boot_services.py", None), ("test_secrets.py", None), ("test_plan.py", None), ("test_reliability.py", None),
-    ("test_rollback.py", None), ("test_nic_firmware_update.py", None), ("test_sglang_deploy.py", "kimi_k3"),
-    ("test_reboot.py", "kimi_k3"), ("test_acceptance.py", "kimi_k3"),
+    # (test_sglang_deploy first: site.yml's first converge of the fleet, keyless; test_secrets then ADDS a key)
+    ("test_boot_services.py", None), ("test_sglang_deploy.py", "kimi_k3"), ("test_plan.py", None),
+    ("test_reliability.py", None), ("test_rollback.py", None), ("test_secrets.py", None),
+    ("test_nic_firmware_update.py", None), ("test_reboot.py", "kimi_k3"), ("test_acceptance.py", "kimi_k3"),
     # glm52_pd
     ("test_acceptance.py", "glm52_pd"), ("test_reboot.py", "glm52_pd"), ("test_reboot.py", "fabric"),
     ("test_sglang_deploy.py", "glm52_pd"), ("test_reachability.py", None), ("test_wrong_cuda_variant.py", None),

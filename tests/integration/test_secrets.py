@@ -99,6 +99,13 @@ def keyed(sandbox, tmp_path_factory):
     # ready" a few checks later). The second, plain run below waits for the router's readiness again: it catches that.
     extra = ["-e", "@%s" % vars_file, "--vault-password-file", str(pw), "-e", CARE]
     outputs = {}
+    # the key is ADDED to a keyless kimi_k3 fleet that serves: deploy one first where the fleet is not that (another
+    # profile, nothing deployed yet, or a key left by a failed run), else the keyed run is a first deploy, not an add
+    unit = sandbox.exec("b300a", "cat /etc/systemd/system/sglang-router.service 2>/dev/null; true").stdout
+    keyed_now = sandbox.exec("b300a", "grep -c '^SGLANG_API_KEY=.' /etc/sglang/router.env 2>/dev/null; true").stdout
+    if "for kimi_k3" not in unit or keyed_now.strip() not in ("", "0"):
+        rc, out = deploy(sandbox)
+        assert rc == 0, "the keyless kimi_k3 deploy before the key is added failed:\n" + out[-5000:]
     try:
         rc, outputs["deploy -v"] = deploy(sandbox, *extra, verbose=True)
         assert rc == 0, outputs["deploy -v"][-5000:]
@@ -412,7 +419,7 @@ def test_unreachable_router_in_no_output_or_artifact(sandbox, keyed, tmp_path):
     the key is nowhere in the output or the controller-side artifacts."""
     key, _ = keyed
     rc, out = rolling_restart(sandbox, tmp_path, "-e", "@%s" % keyed_vars(sandbox, tmp_path, key),
-                              "-e", '{"sglang_profile_overrides": {"router": {"port": 30099}}}',
+                              "-e", '{"sglang_profile_overrides": {"router": {"port": 30099, "backend_port": 40099}}}',
                               "-e", '{"sglang_rolling_instances": ["b300a/W0"]}')
     assert rc != 0 and "STILL in the router" in " ".join(out.split()), out[-3000:]
     assert not traces(key, {"output (-vvv)": out}, artifact_dirs(tmp_path)), "the key leaked"
