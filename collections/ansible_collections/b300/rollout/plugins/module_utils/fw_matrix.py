@@ -312,7 +312,9 @@ def normalise_policy(policy):
 def remediation(device, expected_fw):
     pci = device.get("pci_address") or device.get("name")
     image = "<fw image for PSID %s, version %s>" % (device.get("psid") or "?", expected_fw or "?")
-    return ("by hand, in a maintenance window (this role never flashes): "
+    return ("tools/fw-update -l <host> (playbooks/nic_firmware_update.yml: the image {img} listed in "
+            "nic_firmware_update_images, checked, burned, activated and verified one host at a time; the gate itself "
+            "never flashes); by hand, in a maintenance window: "
             "mlxfwmanager -d {pci} -u -i {img}  (or: flint -d {pci} -i <fw.bin> burn), "
             "then mlxfwreset -d {pci} reset  (or reboot the host)").format(pci=pci, img=image)
 

@@ -287,7 +287,7 @@ def main():
                 module.warn("NIC firmware gate (policy warn): " + device_message(p["host"], v))
         if p["enforce"] and res["status"] == "fail":
             out["verdicts"] = [v for v in res["verdicts"] if v["severity"] != "ok"]
-            module.fail_json(msg="NIC firmware gate FAILED on %s (never flashed by automation):\n%s"
+            module.fail_json(msg="NIC firmware gate FAILED on %s (the gate never flashes; the fix: tools/fw-update):\n%s"
                              % (p["host"], "\n".join(msgs)), **out)
         module.exit_json(**out)
 
