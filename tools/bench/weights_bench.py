@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""tools/bench/weights_bench.py [--gib 8] [--keep-model] [--out FILE]      (a benchmark, not a test)
+"""tools/bench/weights_bench.py [--gib 8] [--parallel 2] [--variants end,behind,behind+drop] [--main behind] [--out FILE]
+                                                                                   (a benchmark, not a test)
 
 The weights stage (roles/model_weights through playbooks/weights.yml) on the sandbox with a generated model of real
 shape, against the physical limits measured on the same machine in the same run, right before (docs/weights-staging.md):
@@ -9,12 +10,18 @@ shape, against the physical limits measured on the same machine in the same run,
            small draft model RadixArk/Kimi-K3-DSpark; the kimi_k3 profile's two directories. Generated once, ignored
            by git (.cache), removed with --clean.
   W        disk write with fdatasync on b300a, into the stage's target file system, P writers at once (P = the stage's
-           model_weights_parallel_files), each writing 2 GiB of unique random 16 MiB blocks (no read side)
+           model_weights_parallel_files), each writing 2 GiB of unique random 16 MiB blocks (no read side); twice:
+           fdatasync at the end only, and with the stage's write-behind every 64 MiB (sync_file_range, or fadvise on
+           overlayfs); both again after the stage runs. L takes the fastest of the four (the disk's best: never a
+           weaker limit than the issue 28 run's, which is kept as L_first_W)
   N        the transport alone: curl from b300a of the two largest shards from the controller's server (the stage's
            own byte-range server, same address and port), P at once, into /dev/null
   H        sha256 on b300a, P threads at once over 16 MiB buffers (CPU only)
   cold     playbooks/weights.yml -l b300a: controller path source -> b300a (the stage module's own elapsed time)
   second   playbooks/weights.yml -l b300a,b300b: b300b pulls from b300a (b300a complete: the source is not touched)
+           cold and second once per --variants entry, in this run, hosts emptied in between: end (the issue 28
+           write-back: the kernel's, fdatasync at the end), behind (the default), behind+drop
+           (model_weights_drop_cache), each optionally /pN (N files at once)
   rerun    the same again, nothing to do: wall time, the inspect module's time, its /proc/self/io, and inotify on the
            hosts' model directories (IN_OPEN/IN_ACCESS of weight files: the kernel's count of opens and reads)
   fanout   both hosts emptied, -l b300a,b300b: b300a from the controller and b300b from b300a at the same time,
@@ -118,13 +125,25 @@ def in_host(host, script, *args, timeout=900):
 
 
 W_SCRIPT = r"""
-import ctypes, json, os, sys, threading, time
+import ctypes, json, os, subprocess, sys, threading, time
 d, per, p = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-behind = len(sys.argv) > 4 and sys.argv[4] == "behind"   # the stage's write-behind: sync_file_range per 64 MiB
+behind = len(sys.argv) > 4 and sys.argv[4] == "behind"   # the stage's write-behind, per 64 MiB
 sfr = ctypes.CDLL("libc.so.6", use_errno=True).sync_file_range
 sfr.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
 WIN = 64 << 20
 os.makedirs(d, exist_ok=True)
+fstype = subprocess.run(["stat", "-f", "-c", "%T", d], capture_output=True, text=True).stdout.strip()
+how = "fadvise" if "overlay" in fstype else "sfr"   # as the stage: sync_file_range does nothing on overlayfs
+def kick(fd, off):
+    if how == "sfr":
+        sfr(fd, off, WIN, 2)
+    else:
+        os.posix_fadvise(fd, off, WIN, os.POSIX_FADV_DONTNEED)
+def settle(fd, off):
+    if how == "sfr":
+        sfr(fd, off, WIN, 7)
+    else:
+        os.posix_fadvise(fd, off, WIN, os.POSIX_FADV_DONTNEED)
 def w(i):
     buf = bytearray(os.urandom(16 << 20)); path = os.path.join(d, "w%d.tmp" % i)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -135,13 +154,13 @@ def w(i):
         while mv:
             n = os.write(fd, mv); mv = mv[n:]; pos += n
         while behind and pos - done >= WIN:
-            sfr(fd, done, WIN, 2); inflight.append(done); done += WIN
+            kick(fd, done); inflight.append(done); done += WIN
             if len(inflight) > 1:
-                sfr(fd, inflight.pop(0), WIN, 7)
+                settle(fd, inflight.pop(0))
     os.fdatasync(fd); os.close(fd); os.unlink(path)
 t = time.time(); ts = [threading.Thread(target=w, args=(i,)) for i in range(p)]
 [x.start() for x in ts]; [x.join() for x in ts]
-print(json.dumps({"bytes": per * p, "s": time.time() - t}))
+print(json.dumps({"bytes": per * p, "s": time.time() - t, "fstype": fstype, "how": how if behind else "end"}))
 """
 
 H_SCRIPT = r"""
