@@ -142,8 +142,6 @@ def kick(fd, off):
 def settle(fd, off):
     if how == "sfr":
         sfr(fd, off, WIN, 7)
-    else:
-        os.posix_fadvise(fd, off, WIN, os.POSIX_FADV_DONTNEED)
 def w(i):
     buf = bytearray(os.urandom(16 << 20)); path = os.path.join(d, "w%d.tmp" % i)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

@@ -296,8 +296,9 @@ class WriteBehind:
 
     how: 'sfr' sync_file_range (WRITE on the new window, WAIT_BEFORE|WRITE|WAIT_AFTER on the one before);
     'fadvise' for a file system where sync_file_range does nothing (overlayfs: SFR_NOOP_FS): POSIX_FADV_DONTNEED
-    on the new window starts its write-back in the file below and on the window before drops it (no wait: the
-    kernel's dirty throttling bounds it; the written pages leave the cache whatever `drop` says).
+    on the window just written starts its write-back in the file below (its pages are dirty then, so they stay
+    cached) and nothing is waited on (the kernel's dirty throttling bounds it); with `drop`, the window before is
+    dropped by a second DONTNEED.
     drop: the window waited on leaves the page cache too (POSIX_FADV_DONTNEED), so a copy written once does not
     evict what is read next. Neither replaces the fdatasync before the file is verified and renamed
     (sync_file_range writes no metadata and flushes no device cache). An I/O error it sees raises OSError (the
@@ -332,7 +333,7 @@ class WriteBehind:
                 old = self.inflight.pop(0)
                 if self.how != "fadvise":
                     self._call(old, self.window, _SFR_WAIT_BEFORE | _SFR_WRITE | _SFR_WAIT_AFTER)
-                if self.drop or self.how == "fadvise":
+                if self.drop:
                     drop_cache(self.fd, old, self.window)
 
 
