@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""tools/bench/weights_bench.py [--gib 8] [--keep-model] [--out FILE]      (a benchmark, not a test)
+"""tools/bench/weights_bench.py [--gib 8] [--parallel 2] [--variants end,behind,behind+drop] [--main behind] [--out FILE]
+                                                                                   (a benchmark, not a test)
 
 The weights stage (roles/model_weights through playbooks/weights.yml) on the sandbox with a generated model of real
 shape, against the physical limits measured on the same machine in the same run, right before (docs/weights-staging.md):
@@ -9,12 +10,18 @@ shape, against the physical limits measured on the same machine in the same run,
            small draft model RadixArk/Kimi-K3-DSpark; the kimi_k3 profile's two directories. Generated once, ignored
            by git (.cache), removed with --clean.
   W        disk write with fdatasync on b300a, into the stage's target file system, P writers at once (P = the stage's
-           model_weights_parallel_files), each writing 2 GiB of unique random 16 MiB blocks (no read side)
+           model_weights_parallel_files), each writing 2 GiB of unique random 16 MiB blocks (no read side); twice:
+           fdatasync at the end only, and with the stage's write-behind every 64 MiB (sync_file_range, or fadvise on
+           overlayfs); both again after the stage runs. L takes the fastest of the four (the disk's best: never a
+           weaker limit than the issue 28 run's, which is kept as L_first_W)
   N        the transport alone: curl from b300a of the two largest shards from the controller's server (the stage's
            own byte-range server, same address and port), P at once, into /dev/null
   H        sha256 on b300a, P threads at once over 16 MiB buffers (CPU only)
   cold     playbooks/weights.yml -l b300a: controller path source -> b300a (the stage module's own elapsed time)
   second   playbooks/weights.yml -l b300a,b300b: b300b pulls from b300a (b300a complete: the source is not touched)
+           cold and second once per --variants entry, in this run, hosts emptied in between: end (the issue 28
+           write-back: the kernel's, fdatasync at the end), behind (the default), behind+drop
+           (model_weights_drop_cache), each optionally /pN (N files at once)
   rerun    the same again, nothing to do: wall time, the inspect module's time, its /proc/self/io, and inotify on the
            hosts' model directories (IN_OPEN/IN_ACCESS of weight files: the kernel's count of opens and reads)
   fanout   both hosts emptied, -l b300a,b300b: b300a from the controller and b300b from b300a at the same time,
@@ -118,21 +125,40 @@ def in_host(host, script, *args, timeout=900):
 
 
 W_SCRIPT = r"""
-import json, os, sys, threading, time
+import ctypes, json, os, subprocess, sys, threading, time
 d, per, p = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+behind = len(sys.argv) > 4 and sys.argv[4] == "behind"   # the stage's write-behind, per 64 MiB
+sfr = ctypes.CDLL("libc.so.6", use_errno=True).sync_file_range
+sfr.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+WIN = 64 << 20
 os.makedirs(d, exist_ok=True)
+fstype = subprocess.run(["stat", "-f", "-c", "%T", d], capture_output=True, text=True).stdout.strip()
+how = "fadvise" if "overlay" in fstype else "sfr"   # as the stage: sync_file_range does nothing on overlayfs
+def kick(fd, off):
+    if how == "sfr":
+        sfr(fd, off, WIN, 2)
+    else:
+        os.posix_fadvise(fd, off, WIN, os.POSIX_FADV_DONTNEED)
+def settle(fd, off):
+    if how == "sfr":
+        sfr(fd, off, WIN, 7)
 def w(i):
     buf = bytearray(os.urandom(16 << 20)); path = os.path.join(d, "w%d.tmp" % i)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    pos, done, inflight = 0, 0, []
     for k in range(per // (16 << 20)):
         buf[0:16] = (i * 1000003 + k).to_bytes(16, "little")   # every block unique
         mv = memoryview(buf)
         while mv:
-            mv = mv[os.write(fd, mv):]
+            n = os.write(fd, mv); mv = mv[n:]; pos += n
+        while behind and pos - done >= WIN:
+            kick(fd, done); inflight.append(done); done += WIN
+            if len(inflight) > 1:
+                settle(fd, inflight.pop(0))
     os.fdatasync(fd); os.close(fd); os.unlink(path)
 t = time.time(); ts = [threading.Thread(target=w, args=(i,)) for i in range(p)]
 [x.start() for x in ts]; [x.join() for x in ts]
-print(json.dumps({"bytes": per * p, "s": time.time() - t}))
+print(json.dumps({"bytes": per * p, "s": time.time() - t, "fstype": fstype, "how": how if behind else "end"}))
 """
 
 H_SCRIPT = r"""
@@ -208,7 +234,8 @@ def playbook(limit, extra, label):
     stage = {}
     for h, res in results("Stage | stage job state"):
         if res.get("finished"):
-            stage[h] = {k: res.get(k) for k in ("elapsed_s", "bytes_fetched", "weight_bytes_read", "io", "rate_bps")}
+            stage[h] = {k: res.get(k) for k in ("elapsed_s", "bytes_fetched", "weight_bytes_read", "io", "rate_bps",
+                                                "fsync_s")}
     inspect = {h: {k: res.get(k) for k in ("elapsed_s", "weight_bytes_read", "meta_bytes_read", "io")}
                for h, res in results("Weights | what each model directory holds (marker + one stat per file; no "
                                      "weight byte read)") if "elapsed_s" in res}
@@ -254,10 +281,51 @@ def stop_watch(hosts):
     return out
 
 
+VARIANTS = {   # the stage's write-back settings a run compares (--variants), each with cold + second host
+    "end": {"model_weights_writeback": "end", "model_weights_drop_cache": False},
+    "behind": {"model_weights_writeback": "behind", "model_weights_drop_cache": False},
+    "behind+drop": {"model_weights_writeback": "behind", "model_weights_drop_cache": True},
+}
+
+
+def variant_extra(spec, extra):
+    """'behind', 'end', 'behind+drop', optionally '/pN' (model_weights_parallel_files N) -> the playbook's vars."""
+    name, _sep, par = spec.split("#", 1)[0].partition("/p")
+    if name not in VARIANTS:
+        raise SystemExit("unknown variant %r (one of %s, optionally /pN)" % (spec, ", ".join(VARIANTS)))
+    out = dict(extra, **VARIANTS[name])
+    if par:
+        out["model_weights_parallel_files"] = int(par)
+    return out
+
+
+def warm(files):
+    """Read the source through (the stage and N read it from the page cache alike)."""
+    for n in files:
+        with open(SRC / BIG / n, "rb") as fh:
+            while fh.read(64 << 20):
+                pass
+
+
+def disk_limits(parallel):
+    """W twice: the fdatasync at the end only, and with the stage's write-behind (the same writes as the stage's
+    writer; the faster of the two is the disk's rate)."""
+    out = {}
+    for mode in ("end", "behind"):
+        out[mode] = in_host("b300a", W_SCRIPT, "/srv/weights-bench/wtest", str(2 * GIB), str(parallel), mode)
+        out[mode]["rate_Bps"] = out[mode]["bytes"] / out[mode]["s"]
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--gib", type=float, default=8)
     ap.add_argument("--parallel", type=int, default=2)
+    ap.add_argument("--variants", default="end,behind,behind+drop",
+                    help="comma-separated stage settings, each run cold + second host in this run: %s, optionally "
+                         "/pN (N files at once); a name twice (end,behind,end) shows the drift" % ", ".join(VARIANTS))
+    ap.add_argument("--main", default="behind", help="the variant of the no-change and fan-out runs (the role's "
+                                                     "defaults: behind)")
     ap.add_argument("--out")
     ap.add_argument("--clean", action="store_true", help="remove the generated model afterwards")
     a = ap.parse_args()
@@ -268,20 +336,24 @@ def main():
     total = mw.total_bytes(files) + mw.total_bytes(draft)
     print("model: %s in %d files (+ draft), generated/reused in %.0f s" % (mw.human(total), len(files),
                                                                            time.time() - t_gen), flush=True)
-    extra = {"sglang_model_root": HOST_ROOT, "model_weights_manifest_dir": str(MAN),
-             "model_weights_source": {"type": "path", "where": "controller", "path": str(SRC)},
-             "model_weights_parallel_files": a.parallel, "model_weights_progress_s": 30}
+    base = {"sglang_model_root": HOST_ROOT, "model_weights_manifest_dir": str(MAN),
+            "model_weights_source": {"type": "path", "where": "controller", "path": str(SRC)},
+            "model_weights_parallel_files": a.parallel, "model_weights_progress_s": 30}
+    specs = [v.strip() for v in a.variants.split(",") if v.strip()]
+    if a.main not in specs:
+        specs.append(a.main)
+    labels, seen = [], {}
+    for v in specs:
+        seen[v] = seen.get(v, 0) + 1
+        labels.append(v if seen[v] == 1 else "%s#%d" % (v, seen[v]))
     hosts = ["b300a", "b300b"]
     wipe(hosts)
-    # warm the source's page cache (the stage and N read it from there alike)
-    for n in files:
-        with open(SRC / BIG / n, "rb") as fh:
-            while fh.read(64 << 20):
-                pass
+    warm(files)
     res = {"model": {"bytes": total, "files": len(files) + len(draft), "shards": sorted(
-        f["size"] for n, f in files.items() if n.endswith(".safetensors"))}, "parallel": a.parallel}
+        f["size"] for n, f in files.items() if n.endswith(".safetensors"))}, "parallel": a.parallel,
+        "variants_order": labels, "main": a.main}
     # --- limits, right before ---
-    w = in_host("b300a", W_SCRIPT, "/srv/weights-bench/wtest", str(2 * GIB), str(a.parallel))
+    w_before = disk_limits(a.parallel)
     big = sorted((n for n in files if n.endswith(".safetensors")), key=lambda n: -files[n]["size"])[:a.parallel]
     srv = mio.WeightsServer("10.89.30.1", PORT, TOKEN, [{"rel": BIG, "names": set(files), "root": str(SRC)}],
                             kind="source")
@@ -295,32 +367,68 @@ def main():
         alt = in_host("b300a", ALT_SCRIPT, TOKEN, "/srv/weights-bench/alt", str(a.parallel), *shards)
     finally:
         srv.stop()
+    w = w_before["end"]
     res["limits"] = {k: dict(v, rate_Bps=v["bytes"] / v["s"]) for k, v in (("W", w), ("N", nrate), ("H", hrate))}
-    lim = min(v["rate_Bps"] for v in res["limits"].values())
-    res["limits"]["L"] = {"rate_Bps": lim, "bound_by": min(res["limits"], key=lambda k: res["limits"][k]["rate_Bps"])}
+    res["limits"]["W_behind"] = w_before["behind"]
     res["alt_curl_then_sha256sum"] = dict(alt, rate_Bps=alt["bytes"] / alt["s"])
-    print("W %.0f MB/s, N %.0f MB/s, H %.0f MB/s -> L %.0f MB/s (%s); alt curl+sha256sum %.0f MB/s" % (
-        w["bytes"] / w["s"] / 1e6, nrate["bytes"] / nrate["s"] / 1e6, hrate["bytes"] / hrate["s"] / 1e6, lim / 1e6,
-        res["limits"]["L"]["bound_by"], alt["bytes"] / alt["s"] / 1e6), flush=True)
-    # --- cold, second host, no-change ---
-    cold = playbook("b300a", extra, "cold b300a")
-    second = playbook("b300a,b300b", extra, "second host b300b from b300a")
+    print("W %.0f MB/s (write-behind %.0f), N %.0f MB/s, H %.0f MB/s; alt curl+sha256sum %.0f MB/s" % (
+        w["rate_Bps"] / 1e6, w_before["behind"]["rate_Bps"] / 1e6, nrate["bytes"] / nrate["s"] / 1e6,
+        hrate["bytes"] / hrate["s"] / 1e6, alt["bytes"] / alt["s"] / 1e6), flush=True)
+    # --- cold and second host, per variant, in this run ---
+    runs = {}
+    for label, spec in zip(labels, specs):
+        wipe(hosts)
+        warm(files)
+        extra = variant_extra(spec, base)
+        cold = playbook("b300a", extra, "cold b300a (%s)" % label)
+        second = playbook("b300a,b300b", extra, "second host b300b from b300a (%s)" % label)
+        runs[label] = {"spec": spec, "vars": {k: v for k, v in extra.items() if k not in base or
+                                              base[k] != v}, "cold": cold, "second": second}
+        print("%-14s cold %.1f s (fsync %s s), second host %.1f s (fsync %s s)" % (
+            label, cold["stage"]["b300a"]["elapsed_s"], cold["stage"]["b300a"].get("fsync_s"),
+            second["stage"]["b300b"]["elapsed_s"], second["stage"]["b300b"].get("fsync_s")), flush=True)
+    main_label = labels[specs.index(a.main)]
+    main_extra = variant_extra(a.main, base)
+    # --- no-change (the hosts hold the last variant's copies) ---
     start_watch(hosts)
-    rerun = playbook("b300a,b300b", extra, "no-change re-run")
+    rerun = playbook("b300a,b300b", main_extra, "no-change re-run")
     rerun["inotify"] = stop_watch(hosts)
     # --- both at once, pipelined ---
     wipe(hosts)
-    fan = playbook("b300a,b300b", extra, "fan-out: both hosts empty")
+    warm(files)
+    fan = playbook("b300a,b300b", main_extra, "fan-out: both hosts empty (%s)" % a.main)
     wipe(hosts)
-    res.update(cold=cold, second=second, rerun=rerun, fanout=fan)
-    t_cold = cold["stage"]["b300a"]["elapsed_s"]
-    t_second = second["stage"]["b300b"]["elapsed_s"]
+    # --- the disk again, right after (the drift over the run) ---
+    w_after = disk_limits(a.parallel)
+    wipe(hosts)
+    res["limits"]["W_after"] = w_after["end"]
+    res["limits"]["W_behind_after"] = w_after["behind"]
+    w_max = max(x["rate_Bps"] for x in (w, w_before["behind"], w_after["end"], w_after["behind"]))
+    lim = min(w_max, res["limits"]["N"]["rate_Bps"], res["limits"]["H"]["rate_Bps"])
+    lim_first = min(w["rate_Bps"], res["limits"]["N"]["rate_Bps"], res["limits"]["H"]["rate_Bps"])
+    res["limits"]["W_max"] = {"rate_Bps": w_max}
+    res["limits"]["L"] = {"rate_Bps": lim, "bound_by": "W" if lim == w_max else (
+        "N" if lim == res["limits"]["N"]["rate_Bps"] else "H"), "method": "min(max of the four W, N, H)"}
+    res["limits"]["L_first_W"] = {"rate_Bps": lim_first, "method": "min(W at the start, fdatasync at the end, N, H): "
+                                                                   "the issue 28 run's method"}
+    res.update(runs=runs, rerun=rerun, fanout=fan)
+    per = {}
+    for label, r in runs.items():
+        tc, ts = r["cold"]["stage"]["b300a"]["elapsed_s"], r["second"]["stage"]["b300b"]["elapsed_s"]
+        per[label] = {"cold_s": tc, "cold_rate_Bps": total / tc, "cold_vs_L": total / tc / lim,
+                      "cold_vs_L_first_W": total / tc / lim_first, "second_s": ts, "second_vs_cold": ts / tc,
+                      "cold_fsync_s": r["cold"]["stage"]["b300a"].get("fsync_s"),
+                      "second_fsync_s": r["second"]["stage"]["b300b"].get("fsync_s"),
+                      "cold_wall_s": r["cold"]["wall_s"], "second_wall_s": r["second"]["wall_s"]}
+    t_cold = per[main_label]["cold_s"]
     weight_events = {h: sum(n for k, n in ev.get(kind, {}).items() if k.endswith(".safetensors"))
                      for h, ev in rerun["inotify"].items() for kind in ("open", "access")}
     res["ratios"] = {
+        "main": main_label,
+        "per_variant": per,
         "cold_rate_Bps": total / t_cold, "cold_vs_L": total / t_cold / lim,
-        "second_vs_cold": t_second / t_cold,
-        "rerun_wall_vs_cold_wall": rerun["wall_s"] / cold["wall_s"],
+        "second_vs_cold": per[main_label]["second_vs_cold"],
+        "rerun_wall_vs_cold_wall": rerun["wall_s"] / runs[main_label]["cold"]["wall_s"],
         "rerun_inspect_vs_cold_stage": max(v["elapsed_s"] for v in rerun["inspect"].values()) / t_cold,
         "rerun_weight_bytes_read": {h: v["weight_bytes_read"] for h, v in rerun["inspect"].items()},
         "rerun_inotify_weight_file_events": weight_events,
@@ -334,8 +442,10 @@ def main():
         "%Y%m%dT%H%M%SZ", time.gmtime()))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(res, indent=1))
-    r = res["ratios"]
-    print(json.dumps(r, indent=1))
+    print("W end %.0f / behind %.0f MB/s before, %.0f / %.0f after -> L %.0f MB/s (%s)" % (
+        w["rate_Bps"] / 1e6, w_before["behind"]["rate_Bps"] / 1e6, w_after["end"]["rate_Bps"] / 1e6,
+        w_after["behind"]["rate_Bps"] / 1e6, lim / 1e6, res["limits"]["L"]["bound_by"]))
+    print(json.dumps(res["ratios"], indent=1))
     print("written %s" % out)
     if a.clean:
         shutil.rmtree(CACHE, ignore_errors=True)

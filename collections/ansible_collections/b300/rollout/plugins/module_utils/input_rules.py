@@ -843,6 +843,8 @@ MODEL_WEIGHTS_RULES = {
     "model_weights_timeout_s": rule_int,
     "model_weights_stall_s": rule_int,
     "model_weights_peer_wait_s": rule_int,
+    "model_weights_writeback": lambda v: rule_choice(v, ("behind", "end")),
+    "model_weights_drop_cache": rule_bool,
     "model_weights_serve_port": rule_port,
     "model_weights_serve_address": rule_advertise_address,
     "model_weights_controller_address": lambda v: None if v in ("", None) else rule_advertise_address(v),

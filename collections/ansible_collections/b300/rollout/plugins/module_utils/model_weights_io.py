@@ -38,6 +38,8 @@ except ImportError:  # pragma: no cover  (Python 2 is not a target; keeps ansibl
 
 BUF = 8 << 20          # 8 MiB reads (large blocks: fewer syscalls, hashlib releases the GIL above 2 KiB)
 DEPTH = 4              # buffers queued for the writer thread
+WINDOW = 64 << 20      # write-behind: write-back of every 64 MiB written starts at once, the one before is waited on
+PIPE_SIZE = 1 << 20    # a tool's stdout pipe (the kernel's default 64 KiB: a 100 KiB curl write blocks, many wakeups)
 CURL_RANGE_ERROR = 33  # curl: "HTTP server doesn't seem to support byte ranges. Cannot resume." (CURLE_RANGE_ERROR)
 
 
@@ -98,6 +100,11 @@ class ProcessReader:
             except OSError:
                 pass
         self.out = self.proc.stdout
+        try:   # F_SETPIPE_SZ: fewer, larger reads and writes between the tool and us (Linux; best effort)
+            import fcntl
+            fcntl.fcntl(self.out.fileno(), getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_SIZE)
+        except (OSError, ImportError):
+            pass
 
     def readinto(self, buf):
         return self.out.readinto(buf) or 0
@@ -248,15 +255,109 @@ def hash_file(path, counter=None):
     return h.hexdigest(), size
 
 
-def copy_stream(reader, fd, h, limit, on_bytes=None, bufsize=BUF, depth=DEPTH):
+_SFR_WAIT_BEFORE, _SFR_WRITE, _SFR_WAIT_AFTER = 1, 2, 4
+_SFR = []
+
+
+def _sync_file_range_fn():
+    """libc's sync_file_range(2), or None (not Linux, not in this libc)."""
+    if not _SFR:
+        fn = None
+        try:
+            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+            fn = getattr(libc, "sync_file_range", None)
+            if fn is not None:
+                fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+                fn.restype = ctypes.c_int
+        except OSError:
+            fn = None
+        _SFR.append(fn)
+    return _SFR[0]
+
+
+def drop_cache(fd, offset=0, length=0):
+    """posix_fadvise(DONTNEED): the clean pages of that range leave the page cache (best effort)."""
+    try:
+        os.posix_fadvise(fd, offset, length, os.POSIX_FADV_DONTNEED)
+    except (OSError, AttributeError):
+        pass
+
+
+# file systems whose sync_file_range(2) does nothing: overlayfs hands the write to the file below it, but
+# sync_file_range works on the overlay's own (empty) page mapping; posix_fadvise is passed down
+SFR_NOOP_FS = ("overlay",)
+
+
+class WriteBehind:
+    """Write-back as the bytes come, not at the end: once `window` bytes more are written, their write-back starts
+    and the window before is waited on, so at most two windows per file are dirty or in flight, the final fdatasync
+    finds little left, and the dirty pages never reach the kernel's background threshold late (the disk idle until
+    then) or its dirty limit (where every writer on the host is throttled at once).
+
+    how: 'sfr' sync_file_range (WRITE on the new window, WAIT_BEFORE|WRITE|WAIT_AFTER on the one before);
+    'fadvise' for a file system where sync_file_range does nothing (overlayfs: SFR_NOOP_FS): POSIX_FADV_DONTNEED
+    on the window just written starts its write-back in the file below (its pages are dirty then, so they stay
+    cached) and nothing is waited on (the kernel's dirty throttling bounds it); with `drop`, the window before is
+    dropped by a second DONTNEED.
+    drop: the window waited on leaves the page cache too (POSIX_FADV_DONTNEED), so a copy written once does not
+    evict what is read next. Neither replaces the fdatasync before the file is verified and renamed
+    (sync_file_range writes no metadata and flushes no device cache). An I/O error it sees raises OSError (the
+    writer reports it like a write's)."""
+
+    def __init__(self, fd, start, window=WINDOW, drop=False, how="sfr"):
+        self.fd, self.window, self.drop, self.how = fd, int(window), bool(drop), how
+        self.done = start            # write-back started for every byte before this offset
+        self.inflight = []
+        self.sfr = _sync_file_range_fn() if how == "sfr" else None
+
+    def _call(self, off, n, flags):
+        if self.sfr is None:
+            return
+        if self.sfr(self.fd, off, n, flags) != 0:
+            e = ctypes.get_errno()
+            if e in (errno.ENOSYS, errno.EINVAL, errno.ESPIPE, getattr(errno, "ENOTSUP", errno.EINVAL)):
+                self.sfr = None      # this file system or kernel cannot: the final fdatasync does it all
+                return
+            raise OSError(e, os.strerror(e))
+
+    def wrote(self, pos):
+        """The file now holds every byte before `pos`."""
+        while pos - self.done >= self.window:
+            off, self.done = self.done, self.done + self.window
+            if self.how == "fadvise":
+                drop_cache(self.fd, off, self.window)
+            else:
+                self._call(off, self.window, _SFR_WRITE)
+            self.inflight.append(off)
+            if len(self.inflight) > 1:
+                old = self.inflight.pop(0)
+                if self.how != "fadvise":
+                    self._call(old, self.window, _SFR_WAIT_BEFORE | _SFR_WRITE | _SFR_WAIT_AFTER)
+                if self.drop:
+                    drop_cache(self.fd, old, self.window)
+
+
+def write_behind_how(fs_type):
+    """The WriteBehind method for a file system type (mount_of()'s second field)."""
+    return "fadvise" if fs_type in SFR_NOOP_FS else "sfr"
+
+
+def copy_stream(reader, fd, h, limit, on_bytes=None, bufsize=BUF, depth=DEPTH, write_behind=None, drop=False,
+                how="sfr"):
     """Read from `reader` until EOF (or `limit` + 1 bytes: more than the manifest's size is already wrong), hash each
-    buffer here, write it in a writer thread (the disk write overlaps the next read and hash). Returns the bytes
-    written. A write error raises WriteError; the reader's own errors propagate after the writer drained."""
+    buffer here, write it in a writer thread (the disk write overlaps the next read and hash). Each buffer is filled
+    before it is handed over (a pipe returns at most its size per read: one hand-over per 8 MiB, not per 64 KiB).
+    write_behind: a window in bytes (WriteBehind; None or 0: the write-back is left to the kernel and the caller's
+    fdatasync); drop: the written windows leave the page cache; how: WriteBehind's method. Returns the bytes written. A write error raises
+    WriteError; the reader's own errors propagate after the writer drained (the bytes read before them are hashed
+    and written)."""
     q = queue.Queue(depth)
     bufs = [bytearray(bufsize) for _i in range(depth + 2)]
     state = {"err": None}
+    wb = WriteBehind(fd, os.lseek(fd, 0, os.SEEK_CUR), write_behind, drop, how) if write_behind else None
 
     def writer():
+        pos = os.lseek(fd, 0, os.SEEK_CUR)
         while True:
             mv = q.get()
             if mv is None:
@@ -267,6 +368,9 @@ def copy_stream(reader, fd, h, limit, on_bytes=None, bufsize=BUF, depth=DEPTH):
                 while mv:
                     n = os.write(fd, mv)
                     mv = mv[n:]
+                    pos += n
+                if wb is not None:
+                    wb.wrote(pos)
             except OSError as exc:
                 state["err"] = exc
 
@@ -281,15 +385,28 @@ def copy_stream(reader, fd, h, limit, on_bytes=None, bufsize=BUF, depth=DEPTH):
             buf = bufs[i % len(bufs)]
             i += 1
             want = min(bufsize, limit + 1 - total)
-            n = reader.readinto(memoryview(buf)[:want])
-            if not n:
+            n, eof, err = 0, False, None
+            while n < want:
+                try:
+                    got = reader.readinto(memoryview(buf)[n:want])
+                except SourceError as exc:
+                    err = exc
+                    break
+                if not got:
+                    eof = True
+                    break
+                n += got
+            if n:
+                mv = memoryview(buf)[:n]
+                h.update(mv)
+                q.put(mv)
+                total += n
+                if on_bytes:
+                    on_bytes(n)
+            if err is not None:
+                raise err
+            if eof or not n:
                 break
-            mv = memoryview(buf)[:n]
-            h.update(mv)
-            q.put(mv)
-            total += n
-            if on_bytes:
-                on_bytes(n)
     finally:
         q.put(None)
         th.join()
@@ -581,8 +698,17 @@ class WeightsServer:
             h.wfile.flush()
             off, left = start, end - start + 1
             sock = h.connection
+            ahead, stop = off, end + 1
             while left > 0:
-                n = os.sendfile(sock.fileno(), fd, off, min(left, 1 << 30))
+                # WILLNEED up to two windows ahead of the socket: a copy no longer in the page cache (a writer that
+                # dropped it, memory pressure) is read from the disk before it is sent, in large requests
+                while ahead < min(stop, off + 2 * WINDOW):
+                    try:
+                        os.posix_fadvise(fd, ahead, min(WINDOW, stop - ahead), os.POSIX_FADV_WILLNEED)
+                    except (OSError, AttributeError):
+                        pass
+                    ahead += WINDOW
+                n = os.sendfile(sock.fileno(), fd, off, min(left, WINDOW))
                 if n <= 0:
                     break
                 off += n

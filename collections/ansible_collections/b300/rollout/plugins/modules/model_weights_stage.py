@@ -81,6 +81,21 @@ options:
     description: Files copied at the same time.
     type: int
     default: 4
+  writeback:
+    description:
+      - "C(behind): the write-back of each file starts as its bytes come (every 64 MiB, sync_file_range) and at most
+        two such windows per file are dirty or in flight, so the fdatasync before the file is verified finds little
+        left and the host's dirty pages stay far below the kernel's limit. C(end): the kernel's own write-back and
+        the fdatasync at the end (the issue 28 behaviour). Either way the file is fdatasynced before it is verified."
+    type: str
+    choices: [behind, end]
+    default: behind
+  drop_cache:
+    description: With O(writeback=behind), each window written and on disk leaves the page cache
+      (POSIX_FADV_DONTNEED), and the whole file after its fdatasync, so staging a model does not evict what the host
+      reads next. Reading a dropped file again (a peer pulling from this host) reads the disk.
+    type: bool
+    default: false
   retries:
     description: Attempts after the first one per file when the source fails (each resumes where the last stopped).
     type: int
@@ -156,7 +171,8 @@ models:
     incomplete), C(marker) (none, valid, invalid), C(need_bytes), C(fetch_bytes), C(hash_bytes), C(files) (count),
     C(actions) (count per action - link, have, adopt, resume, fetch), C(changed_files), C(missing_files),
     C(extra_files), and after stage C(result) (done, failed, relabelled, adopted, unchanged), C(bytes_fetched),
-    C(bytes_hashed), C(swap) (exchange, rename, rename-aside, in-place), C(sources), C(errors), C(elapsed_s).
+    C(bytes_hashed), C(swap) (exchange, rename, rename-aside, in-place), C(writeback) (end, behind (sfr), behind
+    (fadvise)), C(sources), C(errors), C(elapsed_s).
   returned: inspect, stage
   type: list
   elements: dict
@@ -185,6 +201,11 @@ bytes_fetched:
   description: Bytes received from sources and peers.
   returned: stage
   type: int
+fsync_s:
+  description: "Seconds the files' fdatasync before verification took, summed over the files (what the write-back
+    left for the end; near 0 with O(writeback=behind))."
+  returned: stage
+  type: float
 io:
   description: Deltas of this process's /proc/self/io (rchar, wchar, read_bytes, write_bytes, syscr) over the work.
   returned: always
@@ -223,6 +244,7 @@ class Counters:
         self.weight_read = 0
         self.fetched = 0
         self.meta_read = 0
+        self.fsync_s = 0.0
 
     def add(self, attr, n):
         with self.lock:
@@ -526,6 +548,7 @@ class Stager:
                                  % (self.host, exc, p["owner"], p["group"]), problems=[])
         self.fmode = int(p["file_mode"], 8)
         self.dmode = int(p["dir_mode"], 8)
+        self.behind = p.get("writeback", "behind") == "behind"
         self.errors = []
         self.lock = threading.Lock()
         self.active = []
@@ -656,7 +679,10 @@ class Stager:
                         rd = fetcher.open(name, have)
                         ok = False
                         try:
-                            n = mio.copy_stream(rd, fd, h, size - have, on_bytes=self.fetched)
+                            n = mio.copy_stream(rd, fd, h, size - have, on_bytes=self.fetched,
+                                                write_behind=mio.WINDOW if self.behind else None,
+                                                drop=self.behind and self.p["drop_cache"],
+                                                how=ctx.get("wb_how", "sfr"))
                             ok = True
                         finally:
                             rd.close(ok)
@@ -680,7 +706,11 @@ class Stager:
                             raise mio.SourceError("%s (%d attempts; %d of %d bytes kept in %s: a re-run resumes "
                                                   "there)" % (exc, attempt, have, size, part), retry=False) from None
                         time.sleep(min(8, 2 ** (attempt - 1)))
+                t_sync = time.time()
                 os.fdatasync(fd)
+                self.counters.add("fsync_s", time.time() - t_sync)
+                if self.behind and self.p["drop_cache"]:
+                    mio.drop_cache(fd)
                 got = h.hexdigest()
                 if have == size and got == want["sha256"]:
                     self.own(fd)
@@ -882,6 +912,7 @@ class Stager:
             ctx["peer_state"] = PeerState(src, r["rel"], self.secrets.get("peer_token") or "")
         res["sources"] = [describe(src)]
         self.prepare_staging(ctx, r, actions)
+        ctx["wb_how"] = mio.write_behind_how(mio.mount_of(staging)[1])
         self.write_record(ctx)
         self.write_status(ctx)
         for a in actions:
@@ -916,7 +947,8 @@ class Stager:
             shutil.rmtree(old, ignore_errors=True)
         ctx["status"] = "complete"
         self.write_status(ctx)
-        res.update(result="done", swap=how, elapsed_s=round(time.time() - t0, 2))
+        res.update(result="done", swap=how, elapsed_s=round(time.time() - t0, 2),
+                   writeback=("behind (%s)" % ctx["wb_how"]) if self.behind else "end")
         return res
 
 
@@ -962,6 +994,8 @@ def main():
             file_mode=dict(type="str", default="0640"),
             dir_mode=dict(type="str", default="0750"),
             parallel=dict(type="int", default=4),
+            writeback=dict(type="str", default="behind", choices=["behind", "end"]),
+            drop_cache=dict(type="bool", default=False),
             retries=dict(type="int", default=3),
             reserve_bytes=dict(type="int", default=0),
             verify=dict(type="str", default="marker", choices=["marker", "full"]),
@@ -1024,7 +1058,7 @@ def main():
     elapsed = round(time.time() - t0, 3)
     fetched = counters.fetched
     out.update(changed=changed, errors=stager.errors, notes=notes, weight_bytes_read=counters.weight_read,
-               bytes_fetched=fetched, io=io_delta(io0), elapsed_s=elapsed,
+               bytes_fetched=fetched, io=io_delta(io0), elapsed_s=elapsed, fsync_s=round(counters.fsync_s, 2),
                rate_bps=round(fetched / elapsed, 1) if elapsed else 0)
     if stager.errors:
         module.fail_json(msg=" || ".join(stager.errors[:20]), **out)
