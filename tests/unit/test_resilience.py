@@ -75,3 +75,24 @@ def test_launcher_refuses_a_token_without_a_key(tmp_path):
 def test_launcher_module_mode(tmp_path):
     r = run_launcher(tmp_path, [sys.executable, "-m", "json.tool", "--help"])
     assert r.returncode == 0 and "json.tool" in r.stdout
+
+
+def test_launcher_waits_for_its_log_filter_before_it_exits(tmp_path):
+    """The main process exits only after the filter wrote the last line and exited (reaped): systemd's KillMode=mixed
+    then finds no process left to SIGKILL mid-write. The target ends with sys.exit(3), as a server's main may."""
+    exe = tmp_path / "fake-server"
+    pidfile = tmp_path / "filter-pid"
+    exe.write_text(textwrap.dedent('''\
+        #!%s
+        import os, sys
+        kids = [int(p) for p in open("/proc/self/task/%%d/children" %% os.getpid()).read().split()]
+        open(%r, "w").write(" ".join(map(str, kids)))
+        print("last line before exit", flush=True)
+        sys.exit(3)
+        ''' % (sys.executable, str(pidfile))))
+    exe.chmod(0o755)
+    r = run_launcher(tmp_path, [str(exe), "serve", "--api-key", "${SGLANG_API_KEY}"])
+    assert r.returncode == 3, r.stderr                        # the target's exit status is kept
+    assert "last line before exit" in r.stdout                # written by the filter before the main process ended
+    (filter_pid,) = [int(p) for p in pidfile.read_text().split()]
+    assert not pathlib.Path("/proc/%d" % filter_pid).exists(), "the filter outlived the main process"

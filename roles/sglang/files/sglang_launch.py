@@ -17,7 +17,12 @@ This launcher
      every line to the journal with the key and any `api_key='...'` value replaced by `<redacted>` (SGLang logs
      `server_args=ServerArgs(... api_key='...')` at INFO; systemd's LogFilterPatterns= needs systemd >= 253, Debian 12
      has 252);
-  4. runs the target in-process: runpy.run_path(EXE) or runpy.run_module(MODULE) with that sys.argv.
+  4. runs the target in-process: runpy.run_path(EXE) or runpy.run_module(MODULE) with that sys.argv;
+  5. when the target returns (a SIGTERM drain or the router's graceful shutdown ended), closes its end of the pipe
+     and waits (at most FILTER_WAIT_S) until the filter has written the last lines and exited. Without that, systemd
+     (KillMode=mixed) SIGKILLs the filter the moment the main process is gone, mid-write; on the sandbox a filter
+     killed that way once stayed in the unit's cgroup for the whole TimeoutStopSec (200 s: "Processes still around
+     after final SIGKILL"), and the router's restart, the API key's removal, waited for it.
 Stdlib only.
 """
 import os
@@ -25,11 +30,13 @@ import re
 import runpy
 import shutil
 import sys
+import time
 
 TOKEN = "${SGLANG_API_KEY}"
 ENV = "SGLANG_API_KEY"
 REEXEC = "SGLANG_LAUNCH_REEXEC"
 REDACTED = "<redacted>"
+FILTER_WAIT_S = 5.0
 API_KEY_RE = re.compile(r"""((?:api[_-]?key|Authorization)['"]?\s*[=:]\s*(?:Bearer\s+)?)(['"]?)[^'"\s,)]+""", re.I)
 
 
@@ -77,6 +84,31 @@ def start_filter(key):
     os.dup2(write_fd, 1)
     os.dup2(write_fd, 2)
     os.close(write_fd)
+    return pid
+
+
+def finish_filter(pid, timeout_s=FILTER_WAIT_S):
+    """Close this process's ends of the filter's pipe, then wait (bounded) for the filter to reach EOF and exit.
+    True when it exited (reaped here, so no process of the unit is left after the main one)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    for fd in (1, 2):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return True
+        if done or time.monotonic() >= deadline:
+            return bool(done)
+        time.sleep(0.02)
 
 
 def main(argv):
@@ -96,15 +128,18 @@ def main(argv):
     key = os.environ.pop(ENV, "") or ""
     if TOKEN in rest and not key:
         return usage("%s is in the arguments but %s is empty (env file)" % (TOKEN, ENV))
-    start_filter(key)
+    filter_pid = start_filter(key)
     args = [key if a == TOKEN else a for a in rest]
-    if module:
-        sys.argv = [module] + args
-        runpy.run_module(module, run_name="__main__", alter_sys=True)
-    else:
-        sys.argv = [argv[0]] + args
-        sys.path.insert(0, os.path.dirname(os.path.abspath(argv[0])))
-        runpy.run_path(argv[0], run_name="__main__")
+    try:
+        if module:
+            sys.argv = [module] + args
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+        else:
+            sys.argv = [argv[0]] + args
+            sys.path.insert(0, os.path.dirname(os.path.abspath(argv[0])))
+            runpy.run_path(argv[0], run_name="__main__")
+    finally:      # also when the target ends with SystemExit (sys.exit from its main)
+        finish_filter(filter_pid)
     return 0
 
 
