@@ -10,12 +10,13 @@ import yaml
 from ansible_collections.b300.rollout.plugins.module_utils import fw_update as fu
 from ansible_collections.b300.rollout.plugins.module_utils import fw_matrix as fm
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "sandbox" / "hwemu"))
+import fwimage
+import fwtools
+import model
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 REAL = ROOT / "tests" / "fixtures" / "real-world" / "nic-fw-update"
-sys.path.insert(0, str(ROOT / "sandbox" / "hwemu"))
-import fwimage  # noqa: E402
-import fwtools  # noqa: E402
-import model  # noqa: E402
 
 
 @pytest.fixture(scope="module")

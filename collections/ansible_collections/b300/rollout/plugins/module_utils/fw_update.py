@@ -228,6 +228,45 @@ def plan_devices(rdma_nics, rows, policy=None):
     return out
 
 
+def check_images_input(images):
+    """Problems of the inventory's image list (nic_firmware_update_images): each entry needs psid, version, a pinned
+    sha256 (64 hex digits), path, and where (controller|host)."""
+    probs = []
+    for i, img in enumerate(images or []):
+        if not isinstance(img, dict):
+            probs.append("nic_firmware_update_images[%d]: a mapping, got %r" % (i, img))
+            continue
+        miss = [k for k in ("psid", "version", "sha256", "path", "where") if not img.get(k)]
+        if miss:
+            probs.append("nic_firmware_update_images[%d]: needs %s" % (i, ", ".join(miss)))
+        if img.get("sha256") and not re.match(r"^[0-9a-f]{64}$", str(img["sha256"])):
+            probs.append("nic_firmware_update_images[%d]: sha256 %r is not 64 lower-case hex digits" % (i, img["sha256"]))
+        if img.get("where") and img["where"] not in ("controller", "host"):
+            probs.append("nic_firmware_update_images[%d]: where %r is not controller or host" % (i, img["where"]))
+        if img.get("version") and parse_fw(img["version"]) is None:
+            probs.append("nic_firmware_update_images[%d]: version %r is not like 40.47.1026" % (i, img["version"]))
+    return probs
+
+
+STAMPS = ("take_out", "burn", "activate", "activated", "verify", "put_back")
+
+
+def spans(stamps, end):
+    """Seconds of each step from the epoch stamps the role took at each step's start (missing steps left out):
+    take_out_s, burn_s, activate_s (the reset or reboot, back and answering), verify_s, put_back_s."""
+    t = {k: float(v) for k, v in (stamps or {}).items() if v not in (None, "")}
+    out = {}
+    for name, a, b in (("take_out_s", "take_out", "burn"), ("burn_s", "burn", "activate"),
+                       ("activate_s", "activate", "activated"), ("verify_s", "verify", "put_back"),
+                       ("put_back_s", "put_back", "end")):
+        tb = t.get(b, end if b == "end" else None)
+        if name != "put_back_s" and b not in t:
+            continue
+        if a in t and tb is not None:
+            out[name] = round(tb - t[a], 1)
+    return out
+
+
 def pick_image(images, psid, target):
     """The inventory image entry for (psid, target version), or None."""
     for img in images or []:

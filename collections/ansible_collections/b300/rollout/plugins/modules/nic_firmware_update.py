@@ -62,8 +62,9 @@ options:
     default: {}
   images:
     description:
-      - Firmware images on this host, one per PSID and version - C(psid), C(version), C(sha256) (64 hex digits,
-        pinned in the inventory) and C(host_path) (where the role put it on the host).
+      - Firmware images, one per PSID and version - C(psid), C(version), C(sha256) (64 hex digits, pinned in the
+        inventory), C(path), C(where) and, for V(plan), C(host_path) (where the role put it on the host). V(devices)
+        checks the list's shape.
     type: list
     elements: dict
     default: []
@@ -240,8 +241,8 @@ def devices_only(module, p, commands):
     devices = fu.plan_devices(p["rdma_nics"], _rows(module, p, commands), p["policy"])
     return {"devices": devices, "to_burn": [d["device"] for d in devices if d["action"] == "burn"],
             "to_activate": [d["device"] for d in devices if d["action"] in ("burn", "activate")],
-            "problems": ["%s (%s): %s" % (d["device"], d["pci_address"], d["reason"])
-                         for d in devices if d["action"] == "refuse"]}
+            "problems": fu.check_images_input(p["images"]) + ["%s (%s): %s" % (d["device"], d["pci_address"], d["reason"])
+                                                             for d in devices if d["action"] == "refuse"]}
 
 
 def report(p):
@@ -252,7 +253,7 @@ def report(p):
             e = json.load(fh)
         results.append(fu.host_result(e["host"], (e.get("plan") or {}).get("devices"), e.get("stage"), e.get("status"),
                                       (e.get("plan") or {}).get("activation"), e.get("verify"), e.get("problems"),
-                                      e.get("timings"), e.get("service")))
+                                      fu.spans(e.get("stamps"), e.get("end")), e.get("service")))
     md, js = fu.render_report(results, p["report_name"], p["check_mode_run"])
     paths = {}
     for ext, text in (("md", md), ("json", json.dumps(js, indent=2, sort_keys=True) + "\n")):
