@@ -200,6 +200,8 @@ def reset(root, n, level):
     if rec and rec.get("flashed"):
         rec["running"] = rec["flashed"]
         _save(root, "fw.json", fw)
+        n["fw"] = rec["running"]
+        _sync_sysfs(root, n)      # the driver re-probes the device: sysfs fw_ver shows the new image at once
     desc = dict(LEVELS)[level]
     return ("The reset level for device, %s is:\n\n%d: %s\n-I- Sending Reset Command To Fw             -Done\n"
             "-I- Stopping Driver                         -Done\n-I- Resetting PCI                           -Done\n"
