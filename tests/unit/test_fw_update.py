@@ -229,6 +229,8 @@ def test_failure_states_name_the_nic_state_and_the_fix(rows):
     assert "still RUNS 40.44.1036" in fu.nic_state("activate", dev) and "Reboot the host" in fu.nic_state("activate", dev)
     assert "BMC" in fu.nic_state("verify", dev)
     assert "nothing was changed" in fu.nic_state("image", dev)
+    assert "runs 40.47.1026 (verified)" in fu.nic_state("nccl", dev) and "gate still refuses" in fu.nic_state("gate", dev)
+    assert all("unknown stage" not in fu.nic_state(s, dev) for s in fu.STAGES)
 
 
 def test_report_markdown_and_exit_code(rows):

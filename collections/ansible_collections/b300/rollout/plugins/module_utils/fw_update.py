@@ -31,7 +31,7 @@ __metaclass__ = type
 # bundle named there that ships CX8 firmware (40.46.1006). Ours, not NVIDIA's: the MFT minimum.
 TOOL_MINIMUMS = {"mft": "4.33.0", "mstflint": "4.31.0"}
 TOOL_ORDER = ("flint", "mstflint")   # MFT's flint first (NCO PR #173 moved to it for CX8), then mstflint
-STAGES = ("plan", "image", "take_out", "burn", "activate", "verify", "put_back")
+STAGES = ("plan", "image", "take_out", "burn", "activate", "verify", "gate", "nccl", "put_back")
 
 _KV = re.compile(r"^([A-Za-z][A-Za-z ()/]*?):\s*(.*?)\s*$")
 _VERSION = re.compile(r"^\s*(flint|mstflint|mlxfwreset|mstfwreset),\s*(mft|mstflint)\s+(\d+)\.(\d+)\.(\d+)(?:[-.](\S+?))?,?(?:\s|$)")
@@ -402,6 +402,11 @@ def nic_state(stage, device, detail=""):
         "verify": "the host was reset/rebooted but %s does not run %s (%s). A warm reboot may not activate CX8 "
                   "firmware on every platform: power-cycle the host from its BMC (cold/AC cycle), then re-run this "
                   "play; the host stays out of service meanwhile." % (device.get("device"), tgt, detail or "see above"),
+        "gate": "the NIC runs %s (verified), but the firmware gate still refuses this host (%s): it stays out of "
+                "service (maintenance lock); read the gate's message above, fix, re-run." % (tgt, detail or "see above"),
+        "nccl": "the NIC runs %s (verified) and the gate passes, but the per-host NCCL run failed (%s): the host stays "
+                "out of service (maintenance lock); run tools/triage -l <host> --traffic, fix, re-run (nothing is "
+                "burned again)." % (tgt, detail or "see above"),
         "put_back": "the NIC runs %s (verified); the workers did not come back healthy: see the unit journal above, "
                     "fix, then re-run (nothing is burned again)." % tgt,
     }
