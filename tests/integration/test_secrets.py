@@ -211,6 +211,39 @@ def test_services_run_as_sglang_not_root(sandbox, keyed):
             assert users == {"sglang"}, (host, unit, users)
 
 
+FRONT = {"unit": "sglang-router-front.service", "config": "/etc/haproxy/sglang-router-front.cfg"}
+# files a local unprivileged user may read where a deploy writes configuration, state or its launcher
+READABLE_PLACES = "/etc /run /var/lib /opt /usr/local/lib"
+
+
+def test_front_runs_as_haproxy_and_holds_no_key(sandbox, keyed):
+    """The router's front (HAProxy, issue 32) is hardened as the other units: its own user, not root; it passes the
+    Authorization header through and never checks the key itself, so its config and its journal hold no key."""
+    key, _ = keyed
+    props = dict(line.split("=", 1) for line in sandbox.exec(
+        "b300a", "systemctl show -p User,MainPID,ActiveState %s" % FRONT["unit"]).stdout.splitlines() if "=" in line)
+    assert props["ActiveState"] == "active" and props["User"] == "haproxy", props
+    users = set(sandbox.exec("b300a", "for p in %s $(pgrep -P %s); do ps -o user= -p $p; done"
+                             % (props["MainPID"], props["MainPID"])).stdout.split())
+    assert users == {"haproxy"}, ("the front's processes", users)
+    config = sandbox.exec("b300a", "cat %s" % FRONT["config"]).stdout
+    assert "monitor-uri /front-health" in config and key not in config, config[-1500:]
+    log = sandbox.exec("b300a", "journalctl --no-pager -o cat -u %s" % FRONT["unit"], timeout=120).stdout
+    assert key not in log, "the API key is in the front's journal"
+
+
+def test_key_in_no_file_an_unprivileged_user_can_read(sandbox, keyed):
+    """What nobody can read on either host (configs, env files, the front's config, state, the launcher) holds no
+    key: the key reaches only the 0640 root:sglang env files (the pattern is fed on stdin, not in grep's argv)."""
+    key, _ = keyed
+    for host in UNITS:
+        r = sandbox.exec(host, "printf '%%s\\n' %s | runuser -u nobody -- grep -rlsF -f - %s; true"
+                         % (shlex.quote(key), READABLE_PLACES), timeout=300)
+        assert r.stdout.strip() == "", "%s: the API key is in files user nobody can read: %s" % (host, r.stdout)
+        mine = sandbox.exec(host, "printf '%%s\\n' %s | grep -rlsF -f - /etc/sglang; true" % shlex.quote(key)).stdout
+        assert set(ENV_FILES[host]) <= set(mine.split()), (host, mine)   # as root the same search finds them
+
+
 def test_router_bind_address_default_documented_and_configurable(sandbox, keyed):
     defaults = (ROOT / "roles" / "sglang" / "defaults" / "main.yml").read_text()
     m = re.search(r"((?:^#.*\n)+)sglang_router_bind_host: (\S+)", defaults, re.M)

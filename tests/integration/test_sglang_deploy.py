@@ -99,6 +99,7 @@ def test_deploy_serves_and_is_idempotent(sandbox, profile):  # `sandbox` is unus
     if profile == "glm52_pd":
         assert sorted(w["worker_type"] for w in workers["workers"]) == ["decode", "decode", "prefill", "prefill"]
         assert sorted(w.get("bootstrap_port") for w in workers["workers"] if w["worker_type"] == "prefill") == [8998, 8999]
+    front_before = unit_props("b300a", "sglang-router-front.service")
     # second run: nothing changes, nothing restarts; NCCL validation stands aside on a serving fleet
     second = deploy(profile)
     if PLAYBOOK == "site.yml":
@@ -106,6 +107,11 @@ def test_deploy_serves_and_is_idempotent(sandbox, profile):  # `sandbox` is unus
     for host, counts in recap(second).items():
         assert counts["changed"] == 0, (host, counts, second[-4000:])
     after = {k: unit_props(*k) for k in before}
+    # the router's front (HAProxy, its own user) is not restarted or reloaded either by a run with nothing to change
+    front = unit_props("b300a", "sglang-router-front.service")
+    assert front["ActiveState"] == "active" and front["User"] == "haproxy", front
+    assert (front["MainPID"], front["ActiveEnterTimestamp"]) == (front_before["MainPID"],
+                                                                 front_before["ActiveEnterTimestamp"]), front
     for key in before:
         assert (after[key]["MainPID"], after[key]["ActiveEnterTimestamp"]) == (
             before[key]["MainPID"], before[key]["ActiveEnterTimestamp"]), key

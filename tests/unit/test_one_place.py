@@ -237,6 +237,9 @@ def role_name(entry):
 
 PLAYBOOKS = sorted((ROOT / "playbooks").glob("*.yml"))
 MOLECULE_PLAYS = [p for p in sorted((ROOT / "molecule").glob("*/*.yml")) if p.name in ("converge.yml", "verify.yml")]
+# the real-GPU runs' playbooks (tools/device): nccl_local.yml ran the role without the home and failed on the H200
+# ('hw_bin_path' is undefined) while every sandbox test passed
+DEVICE_PLAYS = sorted((ROOT / "tools" / "device").glob("*.yml"))
 
 
 def test_each_setting_is_defined_in_exactly_one_defaults_file():
@@ -247,14 +250,14 @@ def test_each_setting_is_defined_in_exactly_one_defaults_file():
     assert not (ROOT / "roles" / HOME / "tasks").exists(), "the home has defaults only: every play loads it"
 
 
-@pytest.mark.parametrize("path", PLAYBOOKS + MOLECULE_PLAYS, ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize("path", PLAYBOOKS + MOLECULE_PLAYS + DEVICE_PLAYS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_play_loads_the_home_first(path):
-    """The shared play preamble: the home is the first role of every play (a molecule play that runs no project role
-    needs none)."""
+    """The shared play preamble: the home is the first role of every play (a molecule or device play that runs no
+    project role needs none)."""
     for play in plays(path):
         uses_roles = play.get("roles") or any("ansible.builtin.include_role" in t or "ansible.builtin.import_role" in t
                                                for t in task_lists(play))
-        if path in MOLECULE_PLAYS and not uses_roles:
+        if path in MOLECULE_PLAYS + DEVICE_PLAYS and not uses_roles:
             continue
         first = [role_name(r) for r in play.get("roles") or []][:1]
         assert first == [HOME], "%s, play %r: roles: must start with %s" % (path.name, play.get("name"), HOME)

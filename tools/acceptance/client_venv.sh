@@ -11,6 +11,9 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BASE_VENV=$("$ROOT/tools/sglang_argcheck/build_venv.sh" 0.5.17 | tail -n 1)
 DIR=$ROOT/.cache/acceptance-client
 V=$DIR/venv
+mkdir -p "$DIR"
+exec 9> "$DIR.lock"   # one builder at a time (tools/sglang_argcheck/build_venv.sh says why)
+flock 9
 if [[ ! -f $DIR/.done ]]; then
   mkdir -p "$DIR"
   rm -rf "$V"

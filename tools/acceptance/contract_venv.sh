@@ -22,6 +22,9 @@ PINS=(prometheus-client==0.26.0 triton==3.9.0 einops==0.8.2 loguru==0.7.3 xxhash
 NODEPS=(gguf==0.19.0 compressed-tensors==0.20.1)
 ROUTER=sglang-router==0.3.2
 stamp="$VER|$BASE_VENV|${PINS[*]}|${NODEPS[*]}|$ROUTER"
+mkdir -p "$DIR"
+exec 9> "$DIR.lock"   # one builder at a time (build_venv.sh says why)
+flock 9
 if [[ -f $DIR/.done ]] && [[ "$(cat "$DIR/.done")" == "$stamp" ]] && [[ -x $V/bin/python ]]; then
   echo "$V/bin/python"
   exit 0
@@ -30,7 +33,7 @@ mkdir -p "$DIR"
 rm -rf "$V" "$DIR/.done"
 python3.11 -m venv "$V"
 echo "$BASE_VENV/lib/python3.11/site-packages" > "$V/lib/python3.11/site-packages/zz_sglang_argcheck.pth"
-PIP=("$V/bin/pip" install -q --disable-pip-version-check)
+PIP=("$V/bin/pip" install -q --disable-pip-version-check --no-compile)   # as build_venv.sh
 # pip's resolver warns about the layered sglang's own pins (torch 2.11, ...): the parser venv's choice, not ours
 "${PIP[@]}" "${PINS[@]}" 2> >(grep -v "dependency conflicts\|requires\|incompatible\|is ignored" >&2)
 "${PIP[@]}" --no-deps "${NODEPS[@]}"

@@ -27,6 +27,12 @@ DEPS=(
 NODEPS=("sglang==$VER" "xgrammar==0.2.1" "apache-tvm-ffi==0.1.11")
 
 stamp="$VER|$TORCH_PIN|${DEPS[*]}|${NODEPS[*]}"
+# One builder per version at a time: make test's venv prebuild and the fleet lane's acceptance client both ask for
+# 0.5.17 at its start, and two builders rm -rf each other's half-built venv (CI: pip's "Failed to restore ...", then
+# OSError in one and an AssertionError in the other, so both acceptance tests failed). The second waits, then reuses.
+mkdir -p "$DIR"
+exec 9> "$DIR.lock"
+flock 9
 if [[ -f $DIR/.done ]] && [[ "$(cat "$DIR/.done")" == "$stamp" ]] && [[ -x $VENV/bin/python ]]; then
   echo "reusing $VENV" >&2
   echo "$VENV"
@@ -37,7 +43,9 @@ mkdir -p "$DIR"
 rm -rf "$VENV" "$DIR/.done"
 t0=$(date +%s)
 "$PY" -m venv "$VENV"
-PIP=("$VENV/bin/pip" install -q --disable-pip-version-check)
+# --no-compile: no .pyc at install (Python writes them on first import); pip asserts that each .pyc it compiled
+# exists afterwards, which failed twice in CI's background prebuild (AssertionError in _install_wheel, torch)
+PIP=("$VENV/bin/pip" install -q --disable-pip-version-check --no-compile)
 # CPU torch first: the CPU wheel has no nvidia-* dependencies.
 "${PIP[@]}" "$TORCH_PIN"
 "${PIP[@]}" "${DEPS[@]}"
