@@ -30,6 +30,8 @@ CX8 activation (facts file, mstfwreset.py 2567-2575 and drivers_safety_check.py)
 drivers bound below it, so level 3 (driver restart + PCI reset) is refused and only level 4 (warm reboot) is
 supported: every emulated CX8 data NIC says so. The state file <root>/state/mlxfwreset.json ({"mlx5_3": {"3": true}})
 makes a level supported on one device (the live-reset path in tests). The fabric-manager CX7 supports level 3.
+The state file <root>/state/burn_fail makes the next burns fail part-way (the image on flash stays the old one, as
+flint's fail-safe burn leaves it).
 
 State: <root>/state/fw.json {nic: {"flashed": ver, "running": ver, "boot": epoch of the boot it was burned in}} over
 the scenario's firmware; a burned image becomes the running one on a reset of a supported level, or at the next boot
@@ -176,6 +178,9 @@ def burn(root, st, n, img, boot_epoch, sleep=time.sleep):
                       % (n["psid"], img["psid"])), 1
     if not img["crc_ok"]:
         return head, "-E- Burning FW image failed: Bad CRC in the given image\n", 1
+    if os.path.exists(_path(root, "burn_fail")):      # test hook: the flash write fails part-way (fail-safe burn)
+        return head + "FSMST_INITIALIZE -   OK\nWriting Boot image component -   FAIL\n", (
+            "-E- Burning FW image failed: Flash write failed (emulated: state/burn_fail)\n"), 1
     sleep(burn_seconds())
     fw = _load(root, "fw.json")
     rec = fw.setdefault(n["name"], {"running": n["fw"]})

@@ -1132,7 +1132,7 @@ def set_scenario(name, root=None):
     sd = os.path.join(root, "state")
     os.makedirs(sd, exist_ok=True)
     for f in os.listdir(sd):
-        if f in ("nccl_calls", "load.json", "fw.json", "mlxfwreset.json") or f.startswith(("nccl_calls_", "ibwb-")):
+        if f in ("nccl_calls", "load.json", "fw.json", "mlxfwreset.json", "burn_fail") or f.startswith(("nccl_calls_", "ibwb-")):
             try:
                 os.remove(os.path.join(sd, f))
             except OSError:

@@ -125,3 +125,18 @@ def test_live_reset_path_end_to_end(local):
     assert set(h["timings"]) >= {"burn_s", "activate_s", "verify_s"}
     (ROOT / "artifacts" / "firmware-update").mkdir(parents=True, exist_ok=True)
     (ROOT / "artifacts" / "firmware-update" / "test-local-figures.json").write_text(json.dumps(h["timings"]) + "\n")
+
+
+def test_a_failed_burn_stops_and_says_what_state_the_nic_is_in(local):
+    fresh(local)
+    (local["emu"] / "state" / "burn_fail").write_text("1\n")
+    rc, out, rep = play(local, "good", "burnfail")
+    assert rc != 0, out[-3000:]
+    h = rep["hosts"][0]
+    assert (h["status"], h["stage"]) == ("failed", "burn"), h
+    state = next(d for d in h["devices"] if d["device"] == "mlx5_3")["state"]
+    assert "fail-safe: the running image 40.44.1036 stays on the flash and keeps running" in state, state
+    assert fw(local) == "40.44.1036"
+    # the host stays out of service (the lock says why) until someone finishes the update
+    assert json.loads((local["t"] / "lock" / "lock").read_text())["holder"] == "nic_firmware_update"
+    (local["t"] / "lock" / "lock").unlink()

@@ -415,7 +415,7 @@ def nic_state(stage, device, detail=""):
 
 # --------------------------------------------------------------------------------------------- report
 def host_result(host, planned, stage_reached, status, activation_info=None, verify=None, problems=None,
-                timings=None, service=None):
+                timings=None, service=None, tool=None):
     """One host's entry of the update report."""
     devs = []
     for p in planned or []:
@@ -424,7 +424,8 @@ def host_result(host, planned, stage_reached, status, activation_info=None, veri
             d["state"] = nic_state(stage_reached, p, "; ".join(problems or []))
         devs.append(d)
     return {"host": host, "status": status, "stage": stage_reached, "devices": devs, "activation": activation_info,
-            "verify": verify, "problems": list(problems or []), "timings": dict(timings or {}), "service": service}
+            "verify": verify, "problems": list(problems or []), "timings": dict(timings or {}), "service": service,
+            "tool": tool}
 
 
 def render_report(results, run_name, check_mode=False):
@@ -447,8 +448,11 @@ def render_report(results, run_name, check_mode=False):
     md.append("")
     for r in hosts:
         act = r.get("activation") or {}
-        md.append("- **%s**: %s (stage %s)%s%s" % (
-            r["host"], r["status"].upper(), r["stage"], "; activation: %s" % act.get("reason") if act else "",
+        tool = r.get("tool") or {}
+        md.append("- **%s**: %s (stage %s)%s%s%s" % (
+            r["host"], r["status"].upper(), r["stage"],
+            "; tool: %s (%s)" % (tool.get("path") or tool.get("tool"), tool.get("reason")) if tool.get("tool") else "",
+            "; activation: %s" % act.get("reason") if act else "",
             "; " + "; ".join(r["problems"]) if r["problems"] else ""))
         for d in r["devices"]:
             if d.get("state"):

@@ -253,7 +253,8 @@ def report(p):
             e = json.load(fh)
         results.append(fu.host_result(e["host"], (e.get("plan") or {}).get("devices"), e.get("stage"), e.get("status"),
                                       (e.get("plan") or {}).get("activation"), e.get("verify"), e.get("problems"),
-                                      fu.spans(e.get("stamps"), e.get("end")), e.get("service")))
+                                      fu.spans(e.get("stamps"), e.get("end")), e.get("service"),
+                                      (e.get("plan") or {}).get("tool")))
     md, js = fu.render_report(results, p["report_name"], p["check_mode_run"])
     paths = {}
     for ext, text in (("md", md), ("json", json.dumps(js, indent=2, sort_keys=True) + "\n")):
