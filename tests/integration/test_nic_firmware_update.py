@@ -141,7 +141,9 @@ def test_check_mode_shows_burn_and_reboot_and_touches_nothing(fleet):
         in text, out[-4000:]
     assert "activation: reboot: no supported live reset level on mlx5_3" in text
     assert nic_state(fleet) == before
-    assert report(fleet, "good")["summary"]["check_mode"] is True
+    rep = report(fleet, "good")
+    assert rep["summary"]["check_mode"] is True
+    assert {h["host"]: h["status"] for h in rep["hosts"]} == {"b300a": "skipped", "b300b": "would_update"}
 
 
 class Load:

@@ -109,7 +109,7 @@ def test_check_mode_burns_nothing(local):
     assert "would run: %s/bin/flint -d 0000:5f:00.0" % local["emu"] in " ".join(out.split())
     assert "activation: live reset (mlxfwreset -l 3) on mlx5_3" in " ".join(out.split())
     assert fw(local) == "40.44.1036" and not (local["emu"] / "state" / "fw.json").exists()
-    assert rep["summary"]["check_mode"] is True
+    assert rep["summary"]["check_mode"] is True and rep["hosts"][0]["status"] == "would_update"
 
 
 def test_live_reset_path_end_to_end(local):
