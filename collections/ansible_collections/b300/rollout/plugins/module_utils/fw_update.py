@@ -420,7 +420,7 @@ def host_result(host, planned, stage_reached, status, activation_info=None, veri
     devs = []
     for p in planned or []:
         d = dict(p)
-        if status == "failed" and p["action"] in ("burn", "activate"):
+        if status in ("failed", "refused") and p["action"] in ("burn", "activate"):
             d["state"] = nic_state(stage_reached, p, "; ".join(problems or []))
         devs.append(d)
     return {"host": host, "status": status, "stage": stage_reached, "devices": devs, "activation": activation_info,
