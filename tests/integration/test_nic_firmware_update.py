@@ -66,8 +66,9 @@ def fleet(sandbox, request, tmp_path_factory):
     FIGURES["deploy_s"] = round(time.monotonic() - t, 1)
     pci = sandbox.exec("b300b", "basename $(readlink -f /opt/hwemu/sys/class/infiniband/mlx5_3/device)").stdout.strip()
     good, wrong = image(tmp, "cx8-good.bin", PSID), image(tmp, "cx8-wrong-psid.bin", "MT_0000001218")
+    (tmp / "vars").mkdir()     # not beside the reports: a report named like a vars file would replace it
     for name, imgs in (("good", [good]), ("wrong", [wrong])):
-        (tmp / ("%s.json" % name)).write_text(json.dumps({"nic_firmware_update_images": imgs}))
+        (tmp / "vars" / ("%s.json" % name)).write_text(json.dumps({"nic_firmware_update_images": imgs}))
     yield {"sb": sandbox, "tmp": tmp, "pci": pci}
     out = ROOT / "artifacts" / "firmware-update"
     out.mkdir(parents=True, exist_ok=True)
@@ -76,7 +77,7 @@ def fleet(sandbox, request, tmp_path_factory):
 
 def run_update(f, images, *extra, timeout=1200):
     argv = ["ansible-playbook", "-i", f["sb"].inventory, PLAYBOOK, "-l", "b300a,b300b", "-e", "sglang_profile=kimi_k3",
-            "-e", "@%s" % (f["tmp"] / ("%s.json" % images)), "-e", "nic_firmware_update_report_dir=%s" % f["tmp"],
+            "-e", "@%s" % (f["tmp"] / "vars" / ("%s.json" % images)), "-e", "nic_firmware_update_report_dir=%s" % f["tmp"],
             "-e", "nic_firmware_update_report_name=%s" % images] + list(extra)
     t = time.monotonic()
     r = f["sb"].run(argv, check=False, timeout=timeout)

@@ -61,7 +61,7 @@ def local(tmp_path_factory):
     for name, psid in (("good", "MT_0000001217"), ("wrong", "MT_0000001218")):
         p = t / ("cx8-%s.bin" % name)
         fwimage.write_image(str(p), psid, "40.47.1026")
-        imgs[name] = t / ("%s.json" % name)
+        imgs[name] = t / ("vars-%s.json" % name)
         imgs[name].write_text(json.dumps({"nic_firmware_update_images": [
             {"psid": "MT_0000001217", "version": "40.47.1026", "sha256": hashlib.sha256(p.read_bytes()).hexdigest(),
              "path": str(p), "where": "controller"}]}))
