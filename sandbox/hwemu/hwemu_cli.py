@@ -15,6 +15,7 @@ import time
 
 # model.py and scenarios.py sit next to this file (on the hosts: /opt/hwemu)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fwtools
 import model
 import scenarios
 
@@ -92,6 +93,11 @@ def boot_age_s():
         return 1e9
 
 
+def boot_epoch():
+    """When this (container) host booted, in epoch seconds."""
+    return time.time() - boot_age_s()
+
+
 def fabric_state():
     return "Completed" if boot_age_s() >= fabric_delay_s() else "In Progress"
 
@@ -122,6 +128,7 @@ def load_state():
         return None
     st = model.build_state(name, hostname())
     st["fabric_state"] = fabric_state()
+    fwtools.apply_fw_state(st, root_dir(), boot_epoch())   # burned / activated firmware (fwtools.py)
     ld = read_load()
     if ld:
         now = time.time()
@@ -437,30 +444,89 @@ def modinfo(argv):
 
 
 def flint(argv, tool="flint"):
+    """flint / mstflint: `-d DEV q`, `-i IMG q`, `-i IMG verify`, `-d DEV -i IMG [-y] burn`, `--version` (formats and
+    sources: fwtools.py). Burning refuses a PSID change (no -allow_psid_change emulated) and needs -y (no prompt)."""
+    if "--version" in argv or "-v" in argv:
+        return out(fwtools.VERSIONS[tool] + "\n")
     st = load_state()
     if st is None:
         _no_rdma(tool)
-    dev = None
-    cmd = None
+    dev = img_path = cmd = None
+    yes = False
     i = 0
     while i < len(argv):
         a = argv[i]
         if a in ("-d", "--device"):
             dev = argv[i + 1]
             i += 1
+        elif a in ("-i", "--image"):
+            img_path = argv[i + 1]
+            i += 1
+        elif a in ("-y", "--yes"):
+            yes = True
         elif a in ("query", "q"):
             cmd = "query"
-        elif a.startswith("-"):
-            pass
+        elif a in ("verify", "v"):
+            cmd = "verify"
+        elif a in ("burn", "b"):
+            cmd = "burn"
+        elif a in ("-allow_psid_change", "--allow_psid_change", "-nofs", "--nofs", "-clear_semaphore"):
+            die("-E- %s: %s is not emulated (the sandbox never changes a PSID or burns without fail-safe)" % (tool, a), 1)
         i += 1
+    if cmd in ("query", "verify") and img_path and dev is None:
+        img = fwtools.image(img_path)
+        if img is None:
+            die("-E- Cannot open %s: not a firmware image this emulator knows (sandbox/hwemu/fwimage.py)" % img_path, 1)
+        if cmd == "query":
+            return out(fwtools.render_image_query(img))
+        text, rc = fwtools.render_verify(img)
+        out(text)
+        sys.exit(rc)
     if dev is None:
         die("-E- Missing device argument (-d)", 1)
-    if cmd != "query":
-        die("-E- %s: only the query command is emulated" % tool, 1)
     n = model.find_nic(st, dev)
     if n is None:
         die("-E- Cannot open Device: %s. No such file or directory. MFE_CR_ERROR" % dev, 1)
-    return out(model.render_flint_query(st, n))
+    if cmd == "query":
+        return out(model.render_flint_query(st, n))
+    if cmd == "burn":
+        if not img_path:
+            die("-E- Missing image argument (-i)", 1)
+        if not yes:
+            die("-E- %s burn: interactive prompt not emulated, pass -y" % tool, 1)
+        so, se, rc = fwtools.burn(root_dir(), st, n, fwtools.image(img_path), boot_epoch())
+        out(so)
+        if se:
+            sys.stderr.write(se)
+        sys.exit(rc)
+    die("-E- %s: only query, verify and burn are emulated" % tool, 1)
+
+
+def mlxfwreset(argv):
+    """`mlxfwreset -d DEV query` and `mlxfwreset -d DEV reset [-l N] -y` (formats and CX8 levels: fwtools.py)."""
+    if "--version" in argv or "-v" in argv:
+        return out(fwtools.VERSIONS["mlxfwreset"] + "\n")
+    st = load_state()
+    if st is None:
+        _no_rdma("mlxfwreset")
+    dev = _opt(argv, ("-d", "--device"))
+    level = _opt(argv, ("-l", "--level"))
+    if dev is None:
+        die("-E- Missing device argument (-d)", 1)
+    n = model.find_nic(st, dev)
+    if n is None:
+        die("-E- Device %s not found" % dev, 1)
+    if any(a in ("q", "query") for a in argv):
+        return out(fwtools.render_reset_query(root_dir(), n))
+    if any(a in ("r", "reset") for a in argv):
+        if not any(a in ("-y", "--yes") for a in argv):
+            die("-E- mlxfwreset reset: interactive prompt not emulated, pass -y", 1)
+        so, se, rc = fwtools.reset(root_dir(), n, int(level) if level is not None else None)
+        out(so)
+        if se:
+            sys.stderr.write(se)
+        sys.exit(rc)
+    die("-E- mlxfwreset: only query and reset are emulated", 1)
 
 
 # --------------------------------------------------------------------------------------------- nccl-tests
@@ -1066,7 +1132,7 @@ def set_scenario(name, root=None):
     sd = os.path.join(root, "state")
     os.makedirs(sd, exist_ok=True)
     for f in os.listdir(sd):
-        if f in ("nccl_calls", "load.json") or f.startswith(("nccl_calls_", "ibwb-")):
+        if f in ("nccl_calls", "load.json", "fw.json", "mlxfwreset.json", "burn_fail") or f.startswith(("nccl_calls_", "ibwb-")):
             try:
                 os.remove(os.path.join(sd, f))
             except OSError:
@@ -1136,7 +1202,7 @@ def ethtool(argv):
 TOOLS = {
     "nvidia-smi": nvidia_smi, "ibstat": ibstat, "ibv_devinfo": ibv_devinfo, "mlxfwmanager": mlxfwmanager,
     "mlxup": lambda a: mlxfwmanager(a, "mlxup"), "ofed_info": ofed_info, "modinfo": modinfo, "flint": flint,
-    "mstflint": lambda a: flint(a, "mstflint"), "all_reduce_perf": run_all_reduce, "mpirun": mpirun,
+    "mstflint": lambda a: flint(a, "mstflint"), "mlxfwreset": mlxfwreset, "all_reduce_perf": run_all_reduce, "mpirun": mpirun,
     "gpu_burn": gpu_burn, "gpu-burn": gpu_burn, "hwemu-scenario": hwemu_scenario,
     "nvidia-modprobe": nvidia_modprobe, "journalctl": journalctl, "dmesg": dmesg, "devlink": devlink,
     "lspci": lspci, "setpci": setpci, "lsmod": lsmod, "ib_write_bw": ib_write_bw, "ethtool": ethtool,

@@ -42,7 +42,7 @@ def test_specs_match_defaults(role):
 
 def test_sglang_entry_points():
     specs = yaml.safe_load((ROOT / "roles" / "sglang" / "meta" / "argument_specs.yml").read_text())["argument_specs"]
-    assert set(specs) == {"main", "50_router", "12_preflight_plan", "60_rolling_pass"}
+    assert set(specs) == {"main", "50_router", "12_preflight_plan", "60_rolling_pass", "62_rolling_drain", "41_start_wait_one"}
     for ep in specs:
         assert (ROOT / "roles" / "sglang" / "tasks" / ("%s.yml" % ep)).exists(), ep
 

@@ -1,0 +1,462 @@
+# -*- coding: utf-8 -*-
+"""ConnectX firmware update (issue 29): parsers of the burn/reset tools' output and every decision of the update.
+
+Plain stdlib functions (no Ansible imports); the module nic_firmware_update and the role nic_firmware_update only run
+tools and sequence these. What is burned is decided by the same matrix and judge as the gate (fw_matrix.check_device),
+so a device the gate passes is never touched.
+
+Real output formats (tests/fixtures/real-world/nic-fw-update/, SOURCES.md there):
+  * ``flint -d DEV q`` / ``flint -i IMG q``: ``Key:   value`` lines; ``FW Version(Running):`` only while a burned
+    image waits for a reset (then ``FW Version:`` is the burned image).
+  * ``flint -i IMG verify``: ``-I- FW image verification succeeded. Image is bootable.`` or ``-E- ...``.
+  * ``flint -d DEV -i IMG burn``: ``Current FW version on flash:`` / ``New FW version:``, then either the MCC flow
+    (``FSMST_INITIALIZE -   OK``, ``Writing Boot image component -   OK``) or the legacy one (``Burning FW image without
+    signatures - OK``, ``Restoring signature - OK``), and ``-I- To load new FW run mstfwreset or reboot machine.``;
+    errors as ``-E- ...`` (``-E- PSID mismatch. The PSID on flash (A) differs from the PSID in the given image (B).``).
+  * ``mlxfwreset -d DEV query``: sections ``Reset-levels:``, ``Reset-types (...)``, ``Reset-sync (...)`` of lines
+    ``N: description  -Supported|Not Supported  (default)`` (``Not supported`` too).
+  * ``flint --version``: ``flint, mft 4.34.0-145, built on ...``; ``mstflint --version``: ``mstflint, mstflint 4.21.0, ...``.
+"""
+from __future__ import absolute_import, division, print_function
+
+import re
+
+from ansible_collections.b300.rollout.plugins.module_utils.fw_matrix import check_device, match_row, parse_fw
+
+__metaclass__ = type
+
+# The tool that may burn a ConnectX-8 (device id 4131 = 0x1023), and from which version (facts file
+# ../shared/reference/firmware-weights-router-facts.md, "mstflint and CX8"): mstflint learnt the CX8 device type in
+# 4.28 and its manual first lists CX8 firmware in 4.31.0; Debian 12 ships 4.21.0 (too old). MFT 4.33 is the first
+# bundle named there that ships CX8 firmware (40.46.1006). Ours, not NVIDIA's: the MFT minimum.
+TOOL_MINIMUMS = {"mft": "4.33.0", "mstflint": "4.31.0"}
+TOOL_ORDER = ("flint", "mstflint")   # MFT's flint first (NCO PR #173 moved to it for CX8), then mstflint
+STAGES = ("plan", "image", "take_out", "burn", "activate", "verify", "gate", "nccl", "put_back")
+
+_KV = re.compile(r"^([A-Za-z][A-Za-z ()/]*?):\s*(.*?)\s*$")
+_VERSION = re.compile(r"^\s*(flint|mstflint|mlxfwreset|mstfwreset),\s*(mft|mstflint)\s+(\d+)\.(\d+)\.(\d+)(?:[-.](\S+?))?,?(?:\s|$)")
+_RESET_LINE = re.compile(r"^\s*(\d+):\s*(.*?)\s*-\s*(Supported|Not [Ss]upported)\b\s*(\(default\))?")
+
+
+def _strip_prompt(text):
+    return [ln for ln in (text or "").splitlines() if not re.match(r"^\s*\S+@\S+[:~#$]", ln)]
+
+
+# --------------------------------------------------------------------------------------------- parsers
+def parse_flint_query(text):
+    """``flint -d DEV q`` or ``flint -i IMG q`` -> {image_type, fw_version, fw_running, release_date, product_version,
+    psid, security, base_guid}. fw_running is None unless a burned image waits for a reset. ValueError when the text
+    has no FW Version line (an error, not a query)."""
+    out = {"image_type": None, "fw_version": None, "fw_running": None, "release_date": None, "product_version": None,
+           "psid": None, "security": None, "base_guid": None}
+    keys = {"image type": "image_type", "fw version": "fw_version", "fw version(running)": "fw_running",
+            "fw release date": "release_date", "product version": "product_version", "psid": "psid",
+            "security attributes": "security"}
+    errors = []
+    for ln in _strip_prompt(text):
+        s = ln.strip()
+        if s.startswith("-E-"):
+            errors.append(s)
+            continue
+        m = _KV.match(s)
+        if not m:
+            continue
+        key, val = m.group(1).strip().lower(), m.group(2).strip()
+        if key in keys and out[keys[key]] is None:
+            out[keys[key]] = val if val.upper() != "N/A" else None
+        elif key == "base guid":
+            out["base_guid"] = val.split()[0] if val else None
+    if out["fw_version"] is None:
+        raise ValueError("flint query output has no 'FW Version:' line (%s)" % (
+            errors[0] if errors else "first line: %r" % ((text or "").strip().splitlines() or [""])[0][:120]))
+    return out
+
+
+def parse_flint_verify(text, rc=0):
+    """``flint -i IMG verify`` -> {ok, reason}. ok only with the tool's own success line and rc 0."""
+    lines = [ln.strip() for ln in (text or "").splitlines()]
+    errs = [ln for ln in lines if ln.startswith("-E-")]
+    bad = [ln for ln in lines if re.search(r"\)\s*-\s*wrong CRC", ln)]
+    ok = rc == 0 and any("FW image verification succeeded" in ln for ln in lines) and not errs
+    reason = "image is bootable (flint verify)" if ok else (errs[0] if errs else (bad[0] if bad else
+                                                                                "no verification success line (rc %s)" % rc))
+    return {"ok": ok, "reason": reason}
+
+
+def parse_flint_burn(text, rc=0):
+    """``flint -d DEV -i IMG burn`` output (stdout+stderr) -> {ok, flash_before, flash_new, error, needs_activation,
+    flow}. ok: rc 0, no -E- line, and the tool's 'To load new FW' line or both burn stages OK."""
+    lines = [ln.strip() for ln in _strip_prompt(text)]
+    out = {"ok": False, "flash_before": None, "flash_new": None, "error": None, "needs_activation": False, "flow": None}
+    for ln in lines:
+        m = re.match(r"^Current FW version on flash:\s*(\S+)", ln)
+        if m:
+            out["flash_before"] = m.group(1)
+        m = re.match(r"^New FW version:\s*(\S+)", ln)
+        if m:
+            out["flash_new"] = m.group(1)
+        if ln.startswith("-E-") and out["error"] is None:
+            out["error"] = ln
+        if ln.startswith("FSMST_INITIALIZE"):
+            out["flow"] = "mcc"
+        elif ln.startswith("Burning FW image without signatures") and out["flow"] is None:
+            out["flow"] = "legacy"
+    staged = [ln for ln in lines if re.match(r"^(FSMST_INITIALIZE|Writing .* component|Burning FW image without "
+                                             r"signatures|Restoring signature)\s*-\s*OK$", ln)]
+    loaded = any("To load new FW run" in ln for ln in lines)
+    out["needs_activation"] = loaded
+    out["ok"] = rc == 0 and out["error"] is None and (loaded or len(staged) >= 2)
+    if not out["ok"] and out["error"] is None:
+        out["error"] = "burn did not report success (rc %s)" % rc
+    return out
+
+
+def parse_mlxfwreset_query(text):
+    """``mlxfwreset -d DEV query`` -> {levels, types, sync: {n: {supported, default, description}}, default_level}."""
+    out = {"levels": {}, "types": {}, "sync": {}, "default_level": None}
+    section = None
+    for ln in _strip_prompt(text):
+        s = ln.strip()
+        low = s.lower()
+        if low.startswith("reset-levels"):
+            section = "levels"
+            continue
+        if low.startswith("reset-types"):
+            section = "types"
+            continue
+        if low.startswith("reset-sync"):
+            section = "sync"
+            continue
+        m = _RESET_LINE.match(s)
+        if m and section:
+            n = int(m.group(1))
+            out[section][n] = {"supported": m.group(3) == "Supported", "default": bool(m.group(4)),
+                               "description": m.group(2).strip()}
+            if section == "levels" and m.group(4):
+                out["default_level"] = n
+    if not out["levels"]:
+        raise ValueError("mlxfwreset query output has no 'Reset-levels:' section (first line: %r)"
+                         % ((text or "").strip().splitlines() or [""])[0][:120])
+    return out
+
+
+def parse_tool_version(text):
+    """``flint --version`` / ``mstflint --version`` -> {tool, package, version, key} or None."""
+    for ln in (text or "").splitlines():
+        m = _VERSION.match(ln)
+        if m:
+            key = (int(m.group(3)), int(m.group(4)), int(m.group(5)))
+            return {"tool": m.group(1), "package": m.group(2), "version": "%d.%d.%d" % key, "key": key,
+                    "raw": ln.strip()}
+    return None
+
+
+# --------------------------------------------------------------------------------------------- decisions
+def _key(v):
+    return tuple(int(x) for x in str(v).split(".")[:3])
+
+
+def choose_tool(version_texts, minimums=None):
+    """version_texts: {'flint': text or None, 'mstflint': text or None} (None: not installed).
+    Returns {tool, package, version, ok, reason, checked: [{tool, version, ok, reason}]}: the first tool of TOOL_ORDER
+    whose package version knows the CX8; ok False (and tool None) when none does."""
+    mins = dict(TOOL_MINIMUMS, **(minimums or {}))
+    checked = []
+    for name in TOOL_ORDER:
+        text = version_texts.get(name)
+        if text is None:
+            checked.append({"tool": name, "version": None, "ok": False, "reason": "%s not installed" % name})
+            continue
+        v = parse_tool_version(text)
+        if v is None:
+            checked.append({"tool": name, "version": None, "ok": False,
+                            "reason": "%s --version not understood: %r" % (name, text.strip()[:120])})
+            continue
+        need = mins[v["package"]]
+        ok = v["key"] >= _key(need)
+        checked.append({"tool": name, "package": v["package"], "version": v["version"], "ok": ok,
+                        "reason": "%s %s %s the ConnectX-8 (needs %s >= %s)" % (
+                            v["package"], v["version"], "knows" if ok else "is too old for", v["package"], need)})
+    best = next((c for c in checked if c["ok"]), None)
+    if best:
+        return dict(best, checked=checked)
+    return {"tool": None, "package": None, "version": None, "ok": False, "checked": checked,
+            "reason": "no burning tool knows the ConnectX-8: " + "; ".join(c["reason"] for c in checked)
+                      + ". Install NVIDIA MFT >= %s (or mstflint >= %s)" % (mins["mft"], mins["mstflint"])}
+
+
+def target_of(rule):
+    """The version to burn for a matrix rule: its exact version, else its minimum; None when it names neither."""
+    if not rule or "unsupported" in rule:
+        return None
+    return rule.get("exact") or rule.get("minimum")
+
+
+def plan_devices(rdma_nics, rows, policy=None):
+    """Per device of rdma_nics: the gate's verdict and what the update does with it.
+
+    action: skip (verdict ok / ignored: no burn, no reset), burn (mismatch, or a pending image that is not the
+    target), activate (the target is already burned and waits for a reset), refuse (unsupported / unknown: the matrix
+    names no target). Returns a list sorted by device name."""
+    rdma_nics = rdma_nics or {}
+    driver = rdma_nics.get("driver") or {}
+    out = []
+    for dev in sorted(rdma_nics.get("devices") or [], key=lambda d: d.get("name") or ""):
+        v = check_device(dev, driver, rows, policy)
+        row, _how = match_row(rows, driver.get("flavour") or "absent", driver.get("version"))
+        rule = (row or {}).get("models", {}).get(dev.get("model")) if row else None
+        target = target_of(rule)
+        item = {"device": dev.get("name"), "pci_address": dev.get("pci_address"), "model": dev.get("model"),
+                "psid": dev.get("psid"), "role": dev.get("role"), "fw_running": dev.get("fw_ver"),
+                "fw_pending": dev.get("fw_pending"), "verdict": v["verdict"], "row": v["row"], "rule": v["rule"],
+                "expected": v["expected"], "target": target, "action": None, "reason": v["reason"]}
+        if v["verdict"] in ("ok", "ignored"):
+            item["action"] = "skip"
+            item["reason"] = "%s: %s (no burn, no reset)" % (v["verdict"], v["reason"])
+        elif v["verdict"] == "mismatch" and target:
+            item["action"] = "burn"
+        elif v["verdict"] == "pending_reset" and target:
+            same = parse_fw(dev.get("fw_pending")) == parse_fw(target)
+            item["action"] = "activate" if same else "burn"
+            item["reason"] = ("the target %s is burned and waits for a reset" % target if same else
+                              "a burned image %s (not the target %s) waits for a reset: burn the target over it"
+                              % (dev.get("fw_pending"), target))
+        else:
+            item["action"] = "refuse"
+            item["reason"] = "%s: %s; the matrix names no target version to burn" % (v["verdict"], v["reason"])
+        out.append(item)
+    return out
+
+
+def check_images_input(images):
+    """Problems of the inventory's image list (nic_firmware_update_images): each entry needs psid, version, a pinned
+    sha256 (64 hex digits), path, and where (controller|host)."""
+    probs = []
+    for i, img in enumerate(images or []):
+        if not isinstance(img, dict):
+            probs.append("nic_firmware_update_images[%d]: a mapping, got %r" % (i, img))
+            continue
+        miss = [k for k in ("psid", "version", "sha256", "path", "where") if not img.get(k)]
+        if miss:
+            probs.append("nic_firmware_update_images[%d]: needs %s" % (i, ", ".join(miss)))
+        if img.get("sha256") and not re.match(r"^[0-9a-f]{64}$", str(img["sha256"])):
+            probs.append("nic_firmware_update_images[%d]: sha256 %r is not 64 lower-case hex digits" % (i, img["sha256"]))
+        if img.get("where") and img["where"] not in ("controller", "host"):
+            probs.append("nic_firmware_update_images[%d]: where %r is not controller or host" % (i, img["where"]))
+        if img.get("version") and parse_fw(img["version"]) is None:
+            probs.append("nic_firmware_update_images[%d]: version %r is not like 40.47.1026" % (i, img["version"]))
+    return probs
+
+
+STAMPS = ("take_out", "burn", "activate", "activated", "verify", "put_back")
+
+
+def spans(stamps, end):
+    """Seconds of each step from the epoch stamps the role took at each step's start (missing steps left out):
+    take_out_s, burn_s, activate_s (the reset or reboot, back and answering), verify_s, put_back_s."""
+    t = {k: float(v) for k, v in (stamps or {}).items() if v not in (None, "")}
+    out = {}
+    for name, a, b in (("take_out_s", "take_out", "burn"), ("burn_s", "burn", "activate"),
+                       ("activate_s", "activate", "activated"), ("verify_s", "verify", "put_back"),
+                       ("put_back_s", "put_back", "end")):
+        tb = t.get(b, end if b == "end" else None)
+        if name != "put_back_s" and b not in t:
+            continue
+        if a in t and tb is not None:
+            out[name] = round(tb - t[a], 1)
+    return out
+
+
+def pick_image(images, psid, target):
+    """The inventory image entry for (psid, target version), or None."""
+    for img in images or []:
+        if img.get("psid") == psid and parse_fw(img.get("version")) == parse_fw(target):
+            return img
+    return None
+
+
+def check_image(entry, sha256_actual, query, verify, device):
+    """Problems (list of strings, empty when fine) of one image for one device, before anything changes.
+
+    entry: the inventory image {psid, version, sha256, path}; query: parse_flint_query of `flint -i IMG q` (or an
+    {'error'} dict); verify: parse_flint_verify; device: a plan_devices item."""
+    probs = []
+    where = "%s (%s, PSID %s)" % (device["device"], device["pci_address"], device["psid"])
+    if entry is None:
+        return ["%s: no image for PSID %s version %s in nic_firmware_update_images" % (
+            where, device["psid"], device["target"])]
+    want = str(entry.get("sha256") or "").lower()
+    if not re.match(r"^[0-9a-f]{64}$", want):
+        probs.append("%s: image %s has no sha256 pinned in the inventory (64 hex digits)" % (where, entry.get("path")))
+    elif sha256_actual != want:
+        probs.append("%s: image %s sha256 %s, inventory pins %s (wrong or damaged file)" % (
+            where, entry.get("path"), sha256_actual, want))
+    if query.get("error"):
+        probs.append("%s: `flint -i %s query` failed: %s" % (where, entry.get("path"), query["error"]))
+    else:
+        if query.get("psid") != device["psid"]:
+            probs.append("%s: the image's own PSID is %s, the device's %s (flint -i query): refused, this play never "
+                         "changes a PSID" % (where, query.get("psid"), device["psid"]))
+        if parse_fw(query.get("fw_version")) != parse_fw(device["target"]):
+            probs.append("%s: the image's own version is %s, the target %s (flint -i query)" % (
+                where, query.get("fw_version"), device["target"]))
+    if not verify.get("ok"):
+        probs.append("%s: `flint -i %s verify`: %s" % (where, entry.get("path"), verify.get("reason")))
+    return probs
+
+
+def activation(reset_queries, live_levels=(3,)):
+    """How to activate the burned images of one host. reset_queries: {device: parse_mlxfwreset_query result or
+    {'error': text}}. A live reset (mlxfwreset -l N) only where the tool says that level is supported on that device,
+    for EVERY device to activate; otherwise one reboot of the host (which activates them all).
+    Returns {method: live|reboot|none, level, per_device: {dev: {level, reason}}, reason}."""
+    if not reset_queries:
+        return {"method": "none", "level": None, "per_device": {}, "reason": "nothing to activate"}
+    per, reboot = {}, []
+    for dev in sorted(reset_queries):
+        q = reset_queries[dev]
+        if q.get("error"):
+            per[dev] = {"level": None, "reason": "mlxfwreset query failed: %s" % q["error"]}
+            reboot.append(dev)
+            continue
+        lvl = next((n for n in live_levels if (q["levels"].get(n) or {}).get("supported")), None)
+        if lvl is None:
+            sup = sorted(n for n, x in q["levels"].items() if x["supported"])
+            per[dev] = {"level": None, "reason": "mlxfwreset: level(s) %s not supported on %s (supported: %s)" % (
+                list(live_levels), dev, sup or "none")}
+            reboot.append(dev)
+        else:
+            per[dev] = {"level": lvl, "reason": "mlxfwreset: level %d (%s) supported" % (
+                lvl, q["levels"][lvl]["description"])}
+    if reboot:
+        return {"method": "reboot", "level": None, "per_device": per,
+                "reason": "reboot: no supported live reset level on %s (%s)" % (
+                    ", ".join(reboot), "; ".join(per[d]["reason"] for d in reboot))}
+    levels = sorted(set(p["level"] for p in per.values()))
+    return {"method": "live", "level": levels[-1], "per_device": per,
+            "reason": "live reset (mlxfwreset -l %s) on %s" % ("/".join(map(str, levels)), ", ".join(sorted(per)))}
+
+
+def service_mode(instances, host, router_hosts, maintenance_ok=False):
+    """What taking `host` out of service means. instances: the SGLang plan's instances (host, role, id, url).
+    Returns {mode: none|rolling|outage, allowed, instances, reason}: none (no instance there), rolling (its workers
+    leave the router, the other hosts keep serving), outage (a PD instance, or the router, is on it: the whole fleet
+    stops) which needs the explicit maintenance flag."""
+    mine = [i for i in instances or [] if i.get("host") == host]
+    pd = [i for i in mine if i.get("role") in ("prefill", "decode")]
+    router = host in (router_hosts or [])
+    if not mine and not router:
+        return {"mode": "none", "allowed": True, "instances": [], "reason": "%s serves no SGLang instance" % host}
+    if pd or router or any(i.get("role") in ("prefill", "decode") for i in instances or []):
+        why = []
+        if any(i.get("role") in ("prefill", "decode") for i in instances or []):
+            why.append("the profile is prefill/decode disaggregated: losing %s stops every request of the PD fleet "
+                       "(a prefill has no decode to hand its KV to, or the other way round)" % host)
+        if router:
+            why.append("%s runs the router: while it is out no request is served" % host)
+        reason = "; ".join(why)
+        return {"mode": "outage", "allowed": bool(maintenance_ok), "instances": [i.get("id") for i in mine],
+                "reason": reason + ("; allowed by nic_firmware_update_maintenance=true" if maintenance_ok else
+                                    ". Refused: pass -e nic_firmware_update_maintenance=true in a maintenance window "
+                                    "(the fleet stops serving while this host is updated)")}
+    return {"mode": "rolling", "allowed": True, "instances": [i.get("id") for i in mine],
+            "reason": "%s leaves the router (drained first); the other hosts keep serving" % host}
+
+
+def verify_running(planned, rdma_nics):
+    """After activation: every burned/activated device RUNS the target (sysfs fw_ver) and has no image pending.
+    Returns {ok, devices: [{device, target, running, pending, ok}], problems}."""
+    by_name = {d.get("name"): d for d in (rdma_nics or {}).get("devices") or []}
+    rows, probs = [], []
+    for p in planned:
+        if p["action"] not in ("burn", "activate"):
+            continue
+        d = by_name.get(p["device"]) or {}
+        running, pending = d.get("fw_ver"), d.get("fw_pending")
+        ok = parse_fw(running) == parse_fw(p["target"]) and not pending
+        rows.append({"device": p["device"], "target": p["target"], "running": running, "pending": pending, "ok": ok})
+        if not ok:
+            probs.append("%s (%s): running %s, target %s%s" % (p["device"], p["pci_address"], running, p["target"],
+                                                             ", burned image %s still pending" % pending if pending else ""))
+    return {"ok": not probs, "devices": rows, "problems": probs}
+
+
+def nic_state(stage, device, detail=""):
+    """Exactly what state a NIC is in after a failure at `stage`, and what to do (one line for the on-call)."""
+    pci = device.get("pci_address") or device.get("device")
+    tgt = device.get("target")
+    texts = {
+        "plan": "nothing was changed on this host. Fix the input named above and re-run.",
+        "image": "nothing was changed: the flash still holds %s. Fix the image (sha256, PSID, version) named above and "
+                 "re-run." % (device.get("fw_pending") or device.get("fw_running")),
+        "take_out": "the NIC is unchanged (running %s); the host may be out of the router: re-run the play (it puts "
+                    "the host back once the update passes), or playbooks/rolling_restart.yml to re-add it without the "
+                    "update." % device.get("fw_running"),
+        "burn": "the burn failed (%s). flint's burn is fail-safe: the running image %s stays on the flash and keeps "
+                "running; the NIC is usable as before. Do not reboot to 'fix' it; read the error, then re-run "
+                "(`flint -d %s q` shows what is on flash)." % (detail or "see above", device.get("fw_running"), pci),
+        "activate": "the flash holds %s but the NIC still RUNS %s (pending): the gate refuses this host until it is "
+                    "activated. Reboot the host (or `mlxfwreset -d %s reset` where `mlxfwreset -d %s q` lists level 3 "
+                    "as supported), then re-run this play to verify and put it back." % (tgt, device.get("fw_running"),
+                                                                                         pci, pci),
+        "verify": "the host was reset/rebooted but %s does not run %s (%s). A warm reboot may not activate CX8 "
+                  "firmware on every platform: power-cycle the host from its BMC (cold/AC cycle), then re-run this "
+                  "play; the host stays out of service meanwhile." % (device.get("device"), tgt, detail or "see above"),
+        "gate": "the NIC runs %s (verified), but the firmware gate still refuses this host (%s): it stays out of "
+                "service (maintenance lock); read the gate's message above, fix, re-run." % (tgt, detail or "see above"),
+        "nccl": "the NIC runs %s (verified) and the gate passes, but the per-host NCCL run failed (%s): the host stays "
+                "out of service (maintenance lock); run tools/triage -l <host> --traffic, fix, re-run (nothing is "
+                "burned again)." % (tgt, detail or "see above"),
+        "put_back": "the NIC runs %s (verified); the workers did not come back healthy: see the unit journal above, "
+                    "fix, then re-run (nothing is burned again)." % tgt,
+    }
+    return texts.get(stage, "unknown stage %s" % stage)
+
+
+# --------------------------------------------------------------------------------------------- report
+def host_result(host, planned, stage_reached, status, activation_info=None, verify=None, problems=None,
+                timings=None, service=None, tool=None):
+    """One host's entry of the update report."""
+    devs = []
+    for p in planned or []:
+        d = dict(p)
+        if status in ("failed", "refused") and p["action"] in ("burn", "activate"):
+            d["state"] = nic_state(stage_reached, p, "; ".join(problems or []))
+        devs.append(d)
+    return {"host": host, "status": status, "stage": stage_reached, "devices": devs, "activation": activation_info,
+            "verify": verify, "problems": list(problems or []), "timings": dict(timings or {}), "service": service,
+            "tool": tool}
+
+
+def render_report(results, run_name, check_mode=False):
+    """Markdown + JSON-ready dict of the whole run: like the audit's (one table row per NIC)."""
+    hosts = sorted(results, key=lambda r: r["host"])
+    statuses = [r["status"] for r in hosts]
+    exit_code = 2 if "failed" in statuses or "refused" in statuses else 0
+    summary = {"hosts": len(hosts), "exit_code": exit_code, "check_mode": bool(check_mode),
+               "by_status": {s: sorted(r["host"] for r in hosts if r["status"] == s) for s in sorted(set(statuses))}}
+    md = ["# NIC firmware update %s%s" % (run_name, " (check mode: nothing changed)" if check_mode else ""), "",
+          "| host | device | model | PCI | psid | before | target | action | after | verdict |",
+          "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in hosts:
+        after = {v["device"]: v for v in ((r.get("verify") or {}).get("devices") or [])}
+        for d in r["devices"]:
+            a = after.get(d["device"])
+            md.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+                r["host"], d["device"], d["model"], d["pci_address"], d["psid"], d["fw_running"], d.get("target") or "-",
+                d["action"], (a["running"] if a else "-"), d["verdict"]))
+    md.append("")
+    for r in hosts:
+        act = r.get("activation") or {}
+        tool = r.get("tool") or {}
+        md.append("- **%s**: %s (stage %s)%s%s%s" % (
+            r["host"], r["status"].upper(), r["stage"],
+            "; tool: %s (%s)" % (tool.get("path") or tool.get("tool"), tool.get("reason")) if tool.get("tool") else "",
+            "; activation: %s" % act.get("reason") if act else "",
+            "; " + "; ".join(r["problems"]) if r["problems"] else ""))
+        for d in r["devices"]:
+            if d.get("state"):
+                md.append("  - %s: %s" % (d["device"], d["state"]))
+        if r.get("timings"):
+            md.append("  - timings (s): " + ", ".join("%s %s" % kv for kv in sorted(r["timings"].items())))
+    return "\n".join(md) + "\n", {"name": run_name, "hosts": hosts, "summary": summary}

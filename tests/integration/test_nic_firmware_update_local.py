@@ -1,0 +1,142 @@
+"""Issue 29 without the fleet: the whole playbooks/nic_firmware_update.yml on the controller (connection local) against
+a PRIVATE copy of the emulated hardware (sandbox/hwemu, SYNTHESIZED) whose mlx5_3 supports the live reset level 3
+(state/mlxfwreset.json): the live-reset path end to end (the fleet test, tests/integration/test_nic_firmware_update.py,
+takes the CX8's reboot path), a wrong-PSID image refused before any change, and --check. No SGLang unit serves here,
+so nothing leaves or rejoins a router; the host is its own router host (kimi_k3 plan), which needs the maintenance flag.
+The maintenance lock, the image directory, the reports and the NCCL artifacts all live under the test's tmp dir."""
+import hashlib
+import json
+import os
+import pathlib
+import shutil
+import socket
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "sandbox" / "hwemu"))
+import fwimage
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+VENV_BIN = ROOT / ".venv" / "bin"
+
+pytestmark = [pytest.mark.integration, pytest.mark.controller]
+
+
+def my_address():
+    """An address of this machine that is not loopback (the plan's advertise-address check wants one of the host's)."""
+    out = subprocess.run(["hostname", "-I"], capture_output=True, text=True).stdout.split()
+    addrs = [a for a in out if ":" not in a and not a.startswith("127.")]
+    if addrs:
+        return addrs[0]
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        s.connect(("192.0.2.1", 9))
+        return s.getsockname()[0]
+    finally:
+        s.close()
+
+
+@pytest.fixture(scope="module")
+def local(tmp_path_factory):
+    t = tmp_path_factory.mktemp("fwlocal")
+    emu = t / "emu"
+    shutil.copytree(ROOT / "sandbox" / "hwemu", emu, ignore=shutil.ignore_patterns("__pycache__"))
+    inv = t / "inv"
+    shutil.copytree(ROOT / "inventory" / "sandbox" / "group_vars", inv / "group_vars")
+    addr = my_address()
+    (inv / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {
+        "gpu_nodes": {"hosts": {"b300b": {"ansible_connection": "local", "ansible_host": addr,
+                                          "ansible_python_interpreter": sys.executable}}},
+        "sglang_router": {"hosts": {"b300b": None}}}}}))
+    with open(inv / "group_vars" / "all.yml", "a") as fh:
+        fh.write("\n" + yaml.safe_dump({
+            "hw_bin_path": str(emu / "bin"), "hw_sysfs_root": str(emu / "sys"),
+            "nccl_validation_tests_bin_dir": str(emu / "bin"), "b300_maintenance_lock": str(t / "lock" / "lock"),
+            "nic_firmware_update_remote_dir": str(t / "remote"), "sglang_gpu_boot_check": False,
+            "nccl_validation_artifacts_dir": str(t / "nccl")}))
+    imgs = {}
+    for name, psid in (("good", "MT_0000001217"), ("wrong", "MT_0000001218")):
+        p = t / ("cx8-%s.bin" % name)
+        fwimage.write_image(str(p), psid, "40.47.1026")
+        imgs[name] = t / ("vars-%s.json" % name)
+        imgs[name].write_text(json.dumps({"nic_firmware_update_images": [
+            {"psid": "MT_0000001217", "version": "40.47.1026", "sha256": hashlib.sha256(p.read_bytes()).hexdigest(),
+             "path": str(p), "where": "controller"}]}))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_CACHE_PLUGIN="memory",
+               HWEMU_HOSTNAME="b300b", HWEMU_BURN_S="1", NO_COLOR="1", ANSIBLE_FORCE_COLOR="0",
+               PATH="%s:%s" % (VENV_BIN, os.environ.get("PATH", "")))
+    return {"t": t, "emu": emu, "inv": inv, "imgs": imgs, "env": env}
+
+
+def fresh(local, live=True):
+    subprocess.run([str(local["emu"] / "bin" / "hwemu-scenario"), "cx8_fw_mismatch"], check=True, capture_output=True,
+                   env=local["env"])
+    if live:
+        (local["emu"] / "state").mkdir(exist_ok=True)
+        (local["emu"] / "state" / "mlxfwreset.json").write_text(json.dumps({"mlx5_3": {"3": True}}))
+
+
+def play(local, images, name, *extra):
+    argv = ["ansible-playbook", "-i", str(local["inv"]), "playbooks/nic_firmware_update.yml", "-e",
+            "@%s" % local["imgs"][images], "-e", "nic_firmware_update_maintenance=true",
+            "-e", "nic_firmware_update_report_dir=%s" % (local["t"] / "rep"), "-e", "nic_firmware_update_report_name=%s" % name]
+    r = subprocess.run(argv + list(extra), cwd=ROOT, env=local["env"], capture_output=True, text=True, timeout=900)
+    rep = json.loads((local["t"] / "rep" / ("%s.json" % name)).read_text())
+    return r.returncode, r.stdout + r.stderr, rep
+
+
+def fw(local):
+    return (local["emu"] / "sys" / "class" / "infiniband" / "mlx5_3" / "fw_ver").read_text().strip()
+
+
+def test_wrong_psid_refused_before_any_change(local):
+    fresh(local)
+    rc, out, rep = play(local, "wrong", "wrong")
+    assert rc != 0 and "the image's own PSID is MT_0000001218, the device's MT_0000001217" in " ".join(out.split()), \
+        out[-3000:]
+    assert fw(local) == "40.44.1036" and not (local["emu"] / "state" / "fw.json").exists()
+    assert not (local["t"] / "lock" / "lock").exists() and not (local["t"] / "remote").exists()
+    assert (rep["hosts"][0]["status"], rep["hosts"][0]["stage"]) == ("refused", "image")
+
+
+def test_check_mode_burns_nothing(local):
+    fresh(local)
+    rc, out, rep = play(local, "good", "check", "--check")
+    assert rc == 0, out[-3000:]
+    assert "would run: %s/bin/flint -d 0000:5f:00.0" % local["emu"] in " ".join(out.split())
+    assert "activation: live reset (mlxfwreset -l 3) on mlx5_3" in " ".join(out.split())
+    assert fw(local) == "40.44.1036" and not (local["emu"] / "state" / "fw.json").exists()
+    assert rep["summary"]["check_mode"] is True and rep["hosts"][0]["status"] == "would_update"
+
+
+def test_live_reset_path_end_to_end(local):
+    fresh(local)
+    rc, out, rep = play(local, "good", "live")
+    assert rc == 0, out[-5000:]
+    h = rep["hosts"][0]
+    assert h["status"] == "updated" and h["activation"]["method"] == "live" and h["verify"]["ok"], h
+    assert fw(local) == "40.47.1026" and "FW Version(Running)" not in subprocess.run(
+        [str(local["emu"] / "bin" / "flint"), "-d", "mlx5_3", "q"], capture_output=True, text=True,
+        env=local["env"]).stdout
+    assert not (local["t"] / "lock" / "lock").exists()
+    assert set(h["timings"]) >= {"burn_s", "activate_s", "verify_s"}
+    (ROOT / "artifacts" / "firmware-update").mkdir(parents=True, exist_ok=True)
+    (ROOT / "artifacts" / "firmware-update" / "test-local-figures.json").write_text(json.dumps(h["timings"]) + "\n")
+
+
+def test_a_failed_burn_stops_and_says_what_state_the_nic_is_in(local):
+    fresh(local)
+    (local["emu"] / "state" / "burn_fail").write_text("1\n")
+    rc, out, rep = play(local, "good", "burnfail")
+    assert rc != 0, out[-3000:]
+    h = rep["hosts"][0]
+    assert (h["status"], h["stage"]) == ("failed", "burn"), h
+    state = next(d for d in h["devices"] if d["device"] == "mlx5_3")["state"]
+    assert "fail-safe: the running image 40.44.1036 stays on the flash and keeps running" in state, state
+    assert fw(local) == "40.44.1036"
+    # the host stays out of service (the lock says why) until someone finishes the update
+    assert json.loads((local["t"] / "lock" / "lock").read_text())["holder"] == "nic_firmware_update"
+    (local["t"] / "lock" / "lock").unlink()

@@ -1,0 +1,246 @@
+"""Unit tests for module_utils/fw_update.py (issue 29): the parsers on REAL tool outputs
+(tests/fixtures/real-world/nic-fw-update/, SOURCES.md there; the expected values were written by reading the text) and
+on the emulator's (sandbox/hwemu/fwtools.py, SYNTHESIZED), and every decision of the update."""
+import pathlib
+import sys
+
+import pytest
+import yaml
+
+from ansible_collections.b300.rollout.plugins.module_utils import fw_update as fu
+from ansible_collections.b300.rollout.plugins.module_utils import fw_matrix as fm
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "sandbox" / "hwemu"))
+import fwimage
+import fwtools
+import model
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+REAL = ROOT / "tests" / "fixtures" / "real-world" / "nic-fw-update"
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return fm.load_matrix_doc(yaml.safe_load((ROOT / "roles" / "nic_firmware_gate" / "vars" / "nic_fw_matrix.yml").read_text()))
+
+
+def real(name):
+    return (REAL / name).read_text()
+
+
+# ------------------------------------------------------------------------------------------ parsers, real outputs
+def test_flint_device_query_real_bf3():
+    q = fu.parse_flint_query(real("bf3_flint_d_q_secure_fw.txt"))
+    assert q == {"image_type": "FS4", "fw_version": "24.33.1048", "fw_running": None, "release_date": "29.4.2022",
+                 "product_version": "24.33.1048", "psid": "MT_0000000723", "security": "secure-fw",
+                 "base_guid": "08c0eb030053eaec"}
+
+
+def test_mlxfwreset_query_real_bf3():
+    q = fu.parse_mlxfwreset_query(real("bf3_mlxfwreset_query.txt"))
+    assert {n: v["supported"] for n, v in q["levels"].items()} == {0: True, 1: False, 3: True, 4: True}
+    assert q["default_level"] == 0
+    assert q["levels"][3]["description"] == "Driver restart and PCI reset"
+    assert {n: v["supported"] for n, v in q["types"].items()} == {0: True, 1: False, 2: False, 3: False, 4: False}
+    # the real output writes "Not supported" (lower-case s) in the sync section
+    assert {n: (v["supported"], v["default"]) for n, v in q["sync"].items()} == {0: (False, False), 1: (True, True)}
+
+
+def test_burn_real_mcc_flow_ok():
+    b = fu.parse_flint_burn(real("cx4lx_mstflint_burn_secure_ok.txt"))
+    assert b == {"ok": True, "flash_before": "12.28.2006", "flash_new": "12.28.2302", "error": None,
+                 "needs_activation": True, "flow": "mcc"}
+
+
+def test_burn_real_psid_mismatch_refused():
+    b = fu.parse_flint_burn(real("cx4lx_mstflint_burn_psid_mismatch.txt"), rc=1)
+    assert not b["ok"] and b["flash_before"] == "14.14.2320" and b["flash_new"] == "14.32.1900"
+    assert b["error"] == ("-E- PSID mismatch. The PSID on flash (DEL2420110034) differs from the PSID in the given "
+                          "image (MT_2420110034).")
+
+
+def test_burn_real_legacy_flow_ok():
+    b = fu.parse_flint_burn(real("cx4lx_mstflint_burn_psid_change_ok.txt"))
+    assert b["ok"] and b["flow"] == "legacy" and b["flash_new"] == "14.32.1900" and b["needs_activation"]
+
+
+def test_burn_rc_nonzero_is_never_ok():
+    assert not fu.parse_flint_burn(real("cx4lx_mstflint_burn_secure_ok.txt"), rc=1)["ok"]
+
+
+def test_query_without_fw_version_raises():
+    with pytest.raises(ValueError, match="Cannot open"):
+        fu.parse_flint_query("-E- Cannot open Device: 0000:5f:00.0. No such file or directory. MFE_CR_ERROR\n")
+
+
+# ------------------------------------------------------------------------------------------ parsers, emulator outputs
+@pytest.fixture()
+def emu(tmp_path):
+    st = model.build_state("cx8_fw_mismatch", "b300b")
+    return {"root": str(tmp_path), "st": st, "nic": st["nics"][3]}
+
+
+def test_emulated_image_query_and_verify(tmp_path):
+    p = tmp_path / "fw.bin"
+    fwimage.write_image(str(p), "MT_0000001217", "40.47.1026")
+    q = fu.parse_flint_query(fwtools.render_image_query(fwimage.read_image(str(p))))
+    assert (q["psid"], q["fw_version"], q["fw_running"]) == ("MT_0000001217", "40.47.1026", None)
+    text, rc = fwtools.render_verify(fwimage.read_image(str(p)))
+    assert fu.parse_flint_verify(text, rc)["ok"]
+    fwimage.write_image(str(p), "MT_0000001217", "40.47.1026", corrupt=True)
+    text, rc = fwtools.render_verify(fwimage.read_image(str(p)))
+    v = fu.parse_flint_verify(text, rc)
+    assert not v["ok"] and "verification failed" in v["reason"]
+
+
+def test_emulated_burn_pending_then_reboot_activates(emu, tmp_path):
+    p = tmp_path / "fw.bin"
+    fwimage.write_image(str(p), "MT_0000001217", "40.47.1026")
+    so, se, rc = fwtools.burn(emu["root"], emu["st"], emu["nic"], fwimage.read_image(str(p)), 1000.0, sleep=lambda s: 0)
+    b = fu.parse_flint_burn(so + se, rc)
+    assert b["ok"] and (b["flash_before"], b["flash_new"]) == ("40.44.1036", "40.47.1026")
+    st = fwtools.apply_fw_state(model.build_state("cx8_fw_mismatch", "b300b"), emu["root"], 1000.0)
+    q = fu.parse_flint_query(model.render_flint_query(st, st["nics"][3]))
+    assert (q["fw_version"], q["fw_running"]) == ("40.47.1026", "40.44.1036")     # pending until a reset
+    st = fwtools.apply_fw_state(model.build_state("cx8_fw_mismatch", "b300b"), emu["root"], 2000.0)  # next boot
+    assert st["nics"][3]["fw"] == "40.47.1026" and st["nics"][3]["fw_flashed"] is None
+
+
+def test_emulated_wrong_psid_burn_refused(emu, tmp_path):
+    p = tmp_path / "fw.bin"
+    fwimage.write_image(str(p), "MT_0000001218", "40.47.1026")
+    so, se, rc = fwtools.burn(emu["root"], emu["st"], emu["nic"], fwimage.read_image(str(p)), 1000.0, sleep=lambda s: 0)
+    assert rc == 1 and "PSID mismatch" in fu.parse_flint_burn(so + se, rc)["error"]
+
+
+def test_emulated_cx8_reset_query_says_reboot(emu):
+    q = fu.parse_mlxfwreset_query(fwtools.render_reset_query(emu["root"], emu["nic"]))
+    assert {n: v["supported"] for n, v in q["levels"].items()} == {0: False, 1: False, 3: False, 4: True}
+    assert fu.activation({"mlx5_3": q})["method"] == "reboot"
+
+
+def test_tool_versions():
+    assert fu.parse_tool_version(fwtools.VERSIONS["flint"])["version"] == "4.34.0"
+    assert fu.parse_tool_version("mstflint, mstflint 4.21.0, Git SHA Hash: N/A")["package"] == "mstflint"
+    assert fu.parse_tool_version("flint: command not found") is None
+
+
+# ------------------------------------------------------------------------------------------ decisions
+def test_choose_tool_prefers_mft_and_refuses_old_mstflint():
+    c = fu.choose_tool({"flint": fwtools.VERSIONS["flint"], "mstflint": fwtools.VERSIONS["mstflint"]})
+    assert c["ok"] and c["tool"] == "flint" and c["version"] == "4.34.0"
+    c = fu.choose_tool({"flint": None, "mstflint": "mstflint, mstflint 4.21.0, Git SHA Hash: N/A"})
+    assert not c["ok"] and c["tool"] is None
+    assert "mstflint 4.21.0 is too old for the ConnectX-8 (needs mstflint >= 4.31.0)" in c["reason"]
+    c = fu.choose_tool({"flint": None, "mstflint": "mstflint, mstflint 4.33.0, Git SHA Hash: N/A"})
+    assert c["ok"] and c["tool"] == "mstflint"
+    assert not fu.choose_tool({"flint": "flint, mft 4.30.0-1, built on x", "mstflint": None})["ok"]
+
+
+def _nics(fw3="40.44.1036", pending=None):
+    devs = []
+    for i in range(8):
+        devs.append({"name": "mlx5_%d" % i, "pci_address": "0000:%02x:00.0" % (0x1a + 0x15 * i), "model": "ConnectX-8",
+                     "fw_ver": fw3 if i == 3 else "40.47.1026", "psid": "MT_0000001217", "role": "data",
+                     "fw_pending": pending if i == 3 else None})
+    devs.append({"name": "mlx5_8", "pci_address": "0000:d5:00.0", "model": "ConnectX-7", "fw_ver": "28.47.1026",
+                 "psid": "MT_0000000838", "role": "fabric_manager", "fw_pending": None})
+    return {"driver": {"flavour": "doca_ofed", "version": "25.10-1.2.2"}, "devices": devs}
+
+
+def test_plan_burns_only_the_mismatched_device(rows):
+    plan = fu.plan_devices(_nics(), rows)
+    acts = {p["device"]: p["action"] for p in plan}
+    assert acts.pop("mlx5_3") == "burn" and set(acts.values()) == {"skip"}
+    p3 = next(p for p in plan if p["device"] == "mlx5_3")
+    assert p3["target"] == "40.47.1026" and p3["row"] == "doca-3.2-ofed-25.10-1.2.2"
+    assert fu.plan_devices(_nics(fw3="40.47.1026"), rows)[3]["action"] == "skip"
+
+
+def test_plan_pending_target_only_needs_activation(rows):
+    plan = fu.plan_devices(_nics(pending="40.47.1026"), rows)
+    assert [p["action"] for p in plan if p["device"] == "mlx5_3"] == ["activate"]
+    plan = fu.plan_devices(_nics(pending="40.46.1006"), rows)
+    assert [p["action"] for p in plan if p["device"] == "mlx5_3"] == ["burn"]
+
+
+def test_plan_refuses_unknown_driver(rows):
+    n = _nics()
+    n["driver"] = {"flavour": "doca_ofed", "version": "99.01-0.0.1"}
+    assert {p["action"] for p in fu.plan_devices(n, rows) if p["role"] == "data"} == {"refuse"}
+
+
+def _dev(rows):
+    return next(p for p in fu.plan_devices(_nics(), rows) if p["device"] == "mlx5_3")
+
+
+def test_check_image_all_good_and_each_refusal(rows):
+    dev = _dev(rows)
+    sha = "a" * 64
+    entry = {"psid": "MT_0000001217", "version": "40.47.1026", "sha256": sha, "path": "/fw/fw.bin"}
+    good_q = {"psid": "MT_0000001217", "fw_version": "40.47.1026"}
+    assert fu.check_image(entry, sha, good_q, {"ok": True}, dev) == []
+    wrong = fu.check_image(entry, sha, dict(good_q, psid="MT_0000001218"), {"ok": True}, dev)
+    assert len(wrong) == 1 and "the image's own PSID is MT_0000001218, the device's MT_0000001217" in wrong[0]
+    assert "sha256" in fu.check_image(entry, "b" * 64, good_q, {"ok": True}, dev)[0]
+    assert "own version is 40.46.1006" in fu.check_image(entry, sha, dict(good_q, fw_version="40.46.1006"),
+                                                         {"ok": True}, dev)[0]
+    assert "verify" in fu.check_image(entry, sha, good_q, {"ok": False, "reason": "bad CRC"}, dev)[0]
+    assert "no sha256 pinned" in fu.check_image(dict(entry, sha256=""), sha, good_q, {"ok": True}, dev)[0]
+    assert "no image for PSID" in fu.check_image(None, None, {}, {}, dev)[0]
+    assert fu.pick_image([entry], "MT_0000001217", "40.47.1026") is entry
+    assert fu.pick_image([entry], "MT_0000001218", "40.47.1026") is None
+
+
+def test_activation_live_only_where_supported():
+    sup = {"levels": {3: {"supported": True, "description": "Driver restart and PCI reset"}, 4: {"supported": True}}}
+    nosup = {"levels": {3: {"supported": False, "description": "x"}, 4: {"supported": True, "description": "y"}}}
+    assert fu.activation({"mlx5_3": sup}) == {
+        "method": "live", "level": 3, "reason": "live reset (mlxfwreset -l 3) on mlx5_3",
+        "per_device": {"mlx5_3": {"level": 3, "reason": "mlxfwreset: level 3 (Driver restart and PCI reset) supported"}}}
+    a = fu.activation({"mlx5_3": sup, "mlx5_4": nosup})
+    assert a["method"] == "reboot" and "mlx5_4" in a["reason"] and "mlx5_3" not in a["reason"]
+    assert fu.activation({"mlx5_3": {"error": "rc 1"}})["method"] == "reboot"
+    assert fu.activation({})["method"] == "none"
+
+
+def test_service_mode():
+    kimi = [{"host": "b300a", "role": "worker", "id": "b300a/w0"}, {"host": "b300b", "role": "worker", "id": "b300b/w0"}]
+    pd = [{"host": "b300a", "role": "prefill", "id": "P0"}, {"host": "b300b", "role": "decode", "id": "D0"}]
+    assert fu.service_mode(kimi, "b300b", ["b300a"])["mode"] == "rolling"
+    r = fu.service_mode(kimi, "b300a", ["b300a"])
+    assert r["mode"] == "outage" and not r["allowed"] and "router" in r["reason"]
+    r = fu.service_mode(pd, "b300b", ["b300a"])
+    assert r["mode"] == "outage" and not r["allowed"] and "nic_firmware_update_maintenance=true" in r["reason"]
+    assert fu.service_mode(pd, "b300b", ["b300a"], maintenance_ok=True)["allowed"]
+    assert fu.service_mode([], "b300b", ["b300a"])["mode"] == "none"
+
+
+def test_verify_running_requires_running_not_burned(rows):
+    plan = fu.plan_devices(_nics(), rows)
+    assert fu.verify_running(plan, _nics(fw3="40.47.1026"))["ok"]
+    v = fu.verify_running(plan, _nics(pending="40.47.1026"))
+    assert not v["ok"] and "running 40.44.1036, target 40.47.1026, burned image 40.47.1026 still pending" in v["problems"][0]
+
+
+def test_failure_states_name_the_nic_state_and_the_fix(rows):
+    dev = _dev(rows)
+    assert "fail-safe" in fu.nic_state("burn", dev, "-E- x") and "40.44.1036" in fu.nic_state("burn", dev)
+    assert "still RUNS 40.44.1036" in fu.nic_state("activate", dev) and "Reboot the host" in fu.nic_state("activate", dev)
+    assert "BMC" in fu.nic_state("verify", dev)
+    assert "nothing was changed" in fu.nic_state("image", dev)
+    assert "runs 40.47.1026 (verified)" in fu.nic_state("nccl", dev) and "gate still refuses" in fu.nic_state("gate", dev)
+    assert all("unknown stage" not in fu.nic_state(s, dev) for s in fu.STAGES)
+
+
+def test_report_markdown_and_exit_code(rows):
+    plan = fu.plan_devices(_nics(), rows)
+    ok = fu.host_result("b300b", plan, "put_back", "updated", {"method": "reboot", "reason": "reboot: x"},
+                        fu.verify_running(plan, _nics(fw3="40.47.1026")), timings={"burn": 3.1})
+    md, js = fu.render_report([ok, fu.host_result("b300a", fu.plan_devices(_nics(fw3="40.47.1026"), rows), "plan",
+                                                  "skipped")], "t1")
+    assert "| b300b | mlx5_3 | ConnectX-8 | 0000:59:00.0 | MT_0000001217 | 40.44.1036 | 40.47.1026 | burn | 40.47.1026 |" in md
+    assert js["summary"]["exit_code"] == 0 and js["summary"]["by_status"] == {"skipped": ["b300a"], "updated": ["b300b"]}
+    bad = fu.host_result("b300b", plan, "burn", "failed", problems=["-E- boom"])
+    md, js = fu.render_report([bad], "t2")
+    assert js["summary"]["exit_code"] == 2 and "fail-safe" in md
