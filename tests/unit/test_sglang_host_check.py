@@ -2,6 +2,7 @@
 ProtectHome), manifest, host RAM for the hierarchical cache, free disk, advertise address."""
 import hashlib
 import json
+import grp
 import os
 import pathlib
 import shutil
@@ -95,6 +96,15 @@ def test_unreadable_by_the_service_user_is_named():
         os.chmod(d, 0o700)
         res = hc.check(spec(["--model-path", str(d)], user="no-such-user-b300"))
         assert [p for p in res["problems"] if "directory %s is not searchable by no-such-user-b300" % d in p]
+        # the weights stage's root:<service group> 0750 before the deploy created the user: the user will be in
+        # that group (a fresh host's site.yml: weights step, then this check, then the user)
+        os.chmod(d / "model-00001-of-00003.safetensors", 0o640)
+        os.chmod(d, 0o750)
+        gid = os.stat(d).st_gid
+        group = grp.getgrgid(gid).gr_name
+        assert hc.check(dict(spec(["--model-path", str(d)], user="no-such-user-b300"), group=group))["ok"]
+        assert not hc.check(dict(spec(["--model-path", str(d)], user="no-such-user-b300"),
+                                 group="no-such-group-b300"))["ok"]
     finally:
         shutil.rmtree(top)
 

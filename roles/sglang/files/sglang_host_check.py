@@ -54,11 +54,17 @@ def arg_value(args, flag):
     return None
 
 
-def user_ids(user):
+def user_ids(user, group=None):
+    """(uid, gids) of the service user. One that does not exist yet (the deploy creates it after this check) has
+    only the group the role will give it, when that group exists already (the weights stage creates it and hands
+    the model directories to root:<group> 0750): (None, {that gid}); else (None, set()): 'others'."""
     try:
         pw = pwd.getpwnam(user)
     except KeyError:
-        return None, set()
+        try:
+            return None, {grp.getgrnam(group).gr_gid} if group else set()
+        except KeyError:
+            return None, set()
     gids = {pw.pw_gid} | {g.gr_gid for g in grp.getgrall() if user in g.gr_mem}
     return pw.pw_uid, gids
 
@@ -250,7 +256,7 @@ def hicache_need(instances, gpu_mem_bytes, weights_bytes):
 def check(spec, meminfo="/proc/meminfo"):
     host = spec.get("host") or os.uname().nodename
     problems, facts = [], {}
-    uid, gids = user_ids(spec.get("user") or "sglang")
+    uid, gids = user_ids(spec.get("user") or "sglang", spec.get("group"))
     weights = {}
     if spec.get("model_check", True):
         seen = set()
