@@ -78,8 +78,8 @@ def parse_flint_verify(text, rc=0):
     errs = [ln for ln in lines if ln.startswith("-E-")]
     bad = [ln for ln in lines if re.search(r"\)\s*-\s*wrong CRC", ln)]
     ok = rc == 0 and any("FW image verification succeeded" in ln for ln in lines) and not errs
-    reason = "image is bootable (flint verify)" if ok else (errs[0] if errs else (bad[0] if bad else
-                                                                                "no verification success line (rc %s)" % rc))
+    fallback = bad[0] if bad else "no verification success line (rc %s)" % rc
+    reason = "image is bootable (flint verify)" if ok else (errs[0] if errs else fallback)
     return {"ok": ok, "reason": reason}
 
 
@@ -376,8 +376,8 @@ def verify_running(planned, rdma_nics):
         ok = parse_fw(running) == parse_fw(p["target"]) and not pending
         rows.append({"device": p["device"], "target": p["target"], "running": running, "pending": pending, "ok": ok})
         if not ok:
-            probs.append("%s (%s): running %s, target %s%s" % (p["device"], p["pci_address"], running, p["target"],
-                                                             ", burned image %s still pending" % pending if pending else ""))
+            still = ", burned image %s still pending" % pending if pending else ""
+            probs.append("%s (%s): running %s, target %s%s" % (p["device"], p["pci_address"], running, p["target"], still))
     return {"ok": not probs, "devices": rows, "problems": probs}
 
 

@@ -241,8 +241,8 @@ def devices_only(module, p, commands):
     devices = fu.plan_devices(p["rdma_nics"], _rows(module, p, commands), p["policy"])
     return {"devices": devices, "to_burn": [d["device"] for d in devices if d["action"] == "burn"],
             "to_activate": [d["device"] for d in devices if d["action"] in ("burn", "activate")],
-            "problems": fu.check_images_input(p["images"]) + ["%s (%s): %s" % (d["device"], d["pci_address"], d["reason"])
-                                                             for d in devices if d["action"] == "refuse"]}
+            "problems": fu.check_images_input(p["images"]) + [
+                "%s (%s): %s" % (d["device"], d["pci_address"], d["reason"]) for d in devices if d["action"] == "refuse"]}
 
 
 def report(p):
