@@ -12,6 +12,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 
 import pytest
@@ -26,10 +27,15 @@ pytestmark = pytest.mark.skipif(shutil.which("curl") is None, reason="curl is ne
 
 
 def run(args, tmp_path):
-    f = tmp_path / ("args-%d.json" % len(list(tmp_path.glob("args-*.json"))))
+    # a name of its own: the chain test runs two at once, and a count of the files there gave both the same name
+    # (the second host's arguments overwrote the first's, both ran as one host and waited on each other)
+    fd, name = tempfile.mkstemp(prefix="args-", suffix=".json", dir=str(tmp_path))
+    os.close(fd)
+    f = pathlib.Path(name)
     f.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
     r = subprocess.run([sys.executable, str(MOD), str(f)], capture_output=True, text=True, timeout=120,
                        env=dict(os.environ, PYTHONPATH=str(ROOT / "collections")))
+    assert r.stdout.strip(), "module printed nothing (rc %s): %s" % (r.returncode, r.stderr[-3000:])
     res = json.loads(r.stdout)
     res.pop("invocation", None)
     return res
