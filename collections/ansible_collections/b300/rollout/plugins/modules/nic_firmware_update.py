@@ -189,7 +189,6 @@ report:
 """
 
 import glob
-import hashlib
 import json
 import os
 import shutil
@@ -205,14 +204,6 @@ def _run(module, argv, commands):
     commands.append(list(argv))
     rc, out, err = module.run_command(argv)
     return rc, out or "", err or ""
-
-
-def _sha256(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _tool(module, p, commands):
@@ -299,7 +290,7 @@ def plan(module, p, commands):
         rc, out, err = _run(module, [tool["path"], "-i", path, "verify"], commands)
         verify = fu.parse_flint_verify(out + err, rc)
         d["image_check"] = {"query": query, "verify": verify}
-        problems += fu.check_image(dict(entry, path=path), _sha256(path), query, verify, d)
+        problems += fu.check_image(dict(entry, path=path), module.sha256(path), query, verify, d)
     reset_tool = find_tool(module, "mlxfwreset", p["bin_path"]) or find_tool(module, "mstfwreset", p["bin_path"])
     queries = {}
     for d in todo:
