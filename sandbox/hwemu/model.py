@@ -897,9 +897,10 @@ def render_flint_query(st, n):
         out.append("FW Version(Running):   %s" % n["fw"])
     out += ["FW Release Date:       %s" % n["fw_release_date"],
             "Product Version:       %s" % nic_flashed_fw(n),
-            "Rom Info:              type=UEFI Virtio net version=21.4.14 cpu=AMD64,AARCH64",
-            "                       type=UEFI Virtio blk version=22.4.14 cpu=AMD64,AARCH64",
-            "                       type=UEFI version=14.41.14 cpu=AMD64,AARCH64",
+            # a ConnectX lists UEFI and PXE only (real CX7 `flint q`, SOURCES.md of nic-fw-update: "type=UEFI
+            # version=14.36.16 cpu=AMD64,AARCH64" / "type=PXE version=3.7.500 cpu=AMD64"); the Virtio entries are a
+            # BlueField's (real BF3 capture). Emulator-made versions.
+            "Rom Info:              type=UEFI version=14.41.14 cpu=AMD64,AARCH64",
             "                       type=PXE version=3.8.100 cpu=AMD64",
             "Description:           UID                GuidsNumber",
             "Base GUID:             %s        8" % n["guid"],
