@@ -110,3 +110,25 @@ def test_reset_query_has_the_real_sections_columns_and_spelling(cx8):
                                            ("mstflint", "mstflint_v_4.33.0_ubuntu.txt")])
 def test_version_lines_have_the_real_shape(tool, capture):
     assert mask(fwtools.VERSIONS[tool]) == mask(real_lines(capture)[0])
+
+
+KEYS = ("Device Type", "Part Number", "Description", "PSID", "PCI Device Name", "Base GUID", "Base MAC", "Status")
+
+
+def fwm_shape(line):
+    """A line of `mlxfwmanager --query` with its value left out where the value is words (keys and columns kept)."""
+    m = re.match(r"^(\s*(%s):\s+)" % "|".join(KEYS), line)
+    return m.group(1) if m else mask(line)
+
+
+def test_mlxfwmanager_query_has_the_real_layout():
+    st = model.build_state("healthy", "b300b")
+    n = dict(st["nics"][0], fw_flashed="40.48.1000")       # a burned image waiting for a reset: the FW (Running) row
+    one = dict(st, nics=[n])
+    emu = [ln.rstrip() for ln in model.render_mlxfwmanager(one).splitlines()]
+    want = real_lines("../mlxfwmanager/cx7_mlxup_pci_pending.txt", skip=0)
+    assert [fwm_shape(ln) for ln in emu] == [fwm_shape(ln) for ln in want[:len(emu)]]
+    two = [ln.rstrip() for ln in model.render_mlxfwmanager(st).splitlines()]
+    # a query prints no `---------` line between devices (only an update run does, once, before `Found N device(s)`)
+    assert "---------" not in two and two.count("----------") == len(st["nics"])
+    assert sum(1 for ln in two if ln.startswith("  Base MAC:")) == len(st["nics"])
