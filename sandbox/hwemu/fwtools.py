@@ -8,8 +8,10 @@ tests/fixtures/real-world/nic-fw-update/, sources in its SOURCES.md):
     GUID:", "PSID:", "Security Attributes:" (real BlueField-3 capture, MrBr-github/lshca issue #54); model.render_flint_query.
   * `flint -i IMG verify`: section lines "     /0x...-0x... (0x...)/ (NAME) - OK" and the last line
     "-I- FW image verification succeeded. Image is bootable." (mstflint subcommands.cpp VerifySubCommand
-    printf("\\n-I- FW image verification succeeded. Image is bootable.\\n\\n")); a bad image ends with
-    "-E- FW image verification failed: ..." (same file, reportErr).
+    printf("\\n-I- FW image verification succeeded. Image is bootable.\\n\\n")); a bad image stops at the failing
+    section, "(NAME) /0xADDR/ - wrong CRC (exp:0x.., act:0x..)", with "-E- FW image verification failed: Bad CRC.. AN
+    HCA DEVICE CAN NOT BOOT FROM THIS IMAGE." on the next line (real CX3 Pro capture,
+    cx3pro_windows_flint_verify_wrong_crc.txt); an image query prints "Base GUID: N/A <count>" (real capture).
   * `flint -d DEV -i IMG [-y] burn`: "    Current FW version on flash:  X" / "    New FW version:               Y", then
     the secure-FW (MCC) flow's "FSMST_INITIALIZE -   OK" / "Writing Boot image component -   OK" /
     "Restoring signature                     - OK" and the tool's closing advice: MFT flint "-I- To load new FW run
@@ -51,6 +53,7 @@ the scenario's firmware; a burned image becomes the running one on a reset of a 
 """
 import json
 import os
+import re
 import time
 
 import fwimage
@@ -162,6 +165,10 @@ def render_image_query(img):
     n = {"fw": img["version"], "fw_flashed": None, "fw_release_date": img.get("release_date", "N/A"),
          "guid": "0000000000000000", "psid": img["psid"]}
     text = model.render_flint_query(None, n)
+    # an image carries no GUIDs or MACs: real `mstflint -i IMG q` prints "Base GUID:             N/A                     4"
+    # (cx4lx_pve_mstflint_image_query_na_guids.txt); the count column stays
+    text = re.sub(r"(?m)^(Base (?:GUID|MAC):\s+)\S+\s+(\d+)$", lambda m: "%s%-24s%s" % (m.group(1), "N/A", m.group(2)),
+                  text)
     return text.replace("Image type:            FS5", "Image type:            %s" % img.get("image_type", "FS5"))
 
 
@@ -172,10 +179,13 @@ def render_verify(img):
     out = "\n     %s failsafe image\n\n" % img.get("image_type", "FS5")
     for i, (a, b, ln, name) in enumerate(secs):
         bad = not img["crc_ok"] and i == len(secs) - 2
-        out += "     /%s-%s (%s)/ (%s) - %s\n" % (a, b, ln, name, "wrong CRC (exp:0x5a2f, act:0x91c4)" if bad else "OK")
-    if img["crc_ok"]:
-        return out + "\n-I- FW image verification succeeded. Image is bootable.\n\n", 0
-    return out + "\n-E- FW image verification failed: Bad CRC.. AN HCA DEVICE CAN NOT BOOT FROM THIS IMAGE.\n", 1
+        # a failing section names its address after its name (mstflint fs3_ops "%s /0x%08x/ - wrong CRC (exp:0x%x,
+        # act:0x%x)"; real: "(Configuration) /0x000ed39c/ - wrong CRC (exp:0x8e4c, act:0x9008)")
+        out += "     /%s-%s (%s)/ (%s)%s - %s\n" % (a, b, ln, name, " /%s/" % a if bad else "",
+                                                  "wrong CRC (exp:0x5a2f, act:0x91c4)" if bad else "OK")
+        if bad:     # the tool stops at the bad section and prints its error right below it (real capture)
+            return out + "-E- FW image verification failed: Bad CRC.. AN HCA DEVICE CAN NOT BOOT FROM THIS IMAGE.\n", 1
+    return out + "\n-I- FW image verification succeeded. Image is bootable.\n\n", 0
 
 
 def burn(root, st, n, img, boot_epoch, sleep=time.sleep, tool="flint"):

@@ -169,6 +169,24 @@ def test_activation_never_picks_a_reboot_level_even_if_configured():
     assert act["method"] == "reboot" and act["per_device"]["mlx5_0"]["level"] is None
 
 
+def test_verify_real_fs2_ok_and_wrong_crc():
+    assert fu.parse_flint_verify(real("cx3pro_windows_flint_verify_ok.txt")) == {
+        "ok": True, "reason": "image is bootable (flint verify)"}
+    v = fu.parse_flint_verify(real("cx3pro_windows_flint_verify_wrong_crc.txt"), rc=1)
+    assert v == {"ok": False, "reason": "-E- FW image verification failed: Bad CRC.. AN HCA DEVICE CAN NOT BOOT FROM "
+                                        "THIS IMAGE."}
+    # without the -E- line the failing section itself is the reason (its address token before "- wrong CRC")
+    cut = real("cx3pro_windows_flint_verify_wrong_crc.txt").rsplit("-E-", 1)[0]
+    assert fu.parse_flint_verify(cut, rc=1)["reason"].endswith("(Configuration) /0x000ed39c/ - wrong CRC (exp:0x8e4c, "
+                                                               "act:0x9008)")
+
+
+def test_image_query_real_na_guids():
+    q = fu.parse_flint_query(real("cx4lx_pve_mstflint_image_query_na_guids.txt"))
+    assert q == {"image_type": "FS3", "fw_version": "14.32.1912", "fw_running": None, "release_date": "21.1.2026",
+                 "product_version": "rel-14_32_1912", "psid": "MT_0000000267", "security": None, "base_guid": None}
+
+
 # ------------------------------------------------------------------------------------------ parsers, emulator outputs
 @pytest.fixture()
 def emu(tmp_path):

@@ -132,3 +132,27 @@ def test_mlxfwmanager_query_has_the_real_layout():
     # a query prints no `---------` line between devices (only an update run does, once, before `Found N device(s)`)
     assert "---------" not in two and two.count("----------") == len(st["nics"])
     assert sum(1 for ln in two if ln.startswith("  Base MAC:")) == len(st["nics"])
+
+
+def test_image_query_prints_na_guids_like_the_real_one(tmp_path):
+    p = tmp_path / "fw.bin"
+    fwimage.write_image(str(p), "MT_0000001217", "40.47.1026")
+    emu = fwtools.render_image_query(fwimage.read_image(str(p))).splitlines()
+    want = real_lines("cx4lx_pve_mstflint_image_query_na_guids.txt")
+    for key in ("Base GUID:", "Base MAC:"):
+        e, w = next(ln for ln in emu if ln.startswith(key)), next(ln for ln in want if ln.startswith(key))
+        assert mask(e) == mask(w), (e, w)        # "N/A" then the count in the same column
+    assert [ln.split(":")[0] for ln in emu if not ln.startswith(" ")] == [
+        ln.split(":")[0] for ln in want if not ln.startswith(" ")]
+
+
+def test_verify_crc_failure_has_the_real_address_token_and_stops(tmp_path):
+    p = tmp_path / "fw.bin"
+    fwimage.write_image(str(p), "MT_0000001217", "40.47.1026", corrupt=True)
+    text, rc = fwtools.render_verify(fwimage.read_image(str(p)))
+    emu = text.rstrip("\n").splitlines()
+    want = real_lines("cx3pro_windows_flint_verify_wrong_crc.txt")
+    shape = re.compile(r"^     /0x[0-9a-f]{8}-0x[0-9a-f]{8} \(0x[0-9a-f]{6}\)/ \([^)]+\) /0x[0-9a-f]{8}/ - wrong CRC "
+                       r"\(exp:0x[0-9a-f]+, act:0x[0-9a-f]+\)$")
+    assert rc == 1 and shape.match(emu[-2]) and shape.match(want[-2]), (emu[-2], want[-2])
+    assert emu[-1] == want[-1]        # the -E- line right below the bad section, nothing after it

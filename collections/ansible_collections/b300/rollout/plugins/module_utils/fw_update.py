@@ -73,7 +73,7 @@ def parse_flint_query(text):
         if key in keys and out[keys[key]] is None:
             out[keys[key]] = val if val.upper() != "N/A" else None
         elif key == "base guid":
-            out["base_guid"] = val.split()[0] if val else None
+            out["base_guid"] = val.split()[0] if val and val.split()[0].upper() != "N/A" else None   # an image: N/A
     if out["fw_version"] is None:
         raise ValueError("flint query output has no 'FW Version:' line (%s)" % (
             errors[0] if errors else "first line: %r" % ((text or "").strip().splitlines() or [""])[0][:120]))
@@ -84,7 +84,8 @@ def parse_flint_verify(text, rc=0):
     """``flint -i IMG verify`` -> {ok, reason}. ok only with the tool's own success line and rc 0."""
     lines = [ln.strip() for ln in (text or "").splitlines()]
     errs = [ln for ln in lines if ln.startswith("-E-")]
-    bad = [ln for ln in lines if re.search(r"\)\s*-\s*wrong CRC", ln)]
+    # "/0x...-0x... (0x...)/ (NAME) /0x000ed39c/ - wrong CRC (exp:0x8e4c, act:0x9008)" (real CX3 Pro capture)
+    bad = [ln for ln in lines if re.search(r"[)/]\s*-\s*wrong CRC", ln)]
     ok = rc == 0 and any("FW image verification succeeded" in ln for ln in lines) and not errs
     fallback = bad[0] if bad else "no verification success line (rc %s)" % rc
     reason = "image is bootable (flint verify)" if ok else (errs[0] if errs else fallback)
