@@ -15,7 +15,13 @@ Real output formats (tests/fixtures/real-world/nic-fw-update/, SOURCES.md there)
     errors as ``-E- ...`` (``-E- PSID mismatch. The PSID on flash (A) differs from the PSID in the given image (B).``).
   * ``mlxfwreset -d DEV query``: sections ``Reset-levels:``, ``Reset-types (...)``, ``Reset-sync (...)`` of lines
     ``N: description  -Supported|Not Supported  (default)`` (``Not supported`` too).
-  * ``flint --version``: ``flint, mft 4.34.0-145, built on ...``; ``mstflint --version``: ``mstflint, mstflint 4.21.0, ...``.
+  * ``mlxfwreset -d DEV reset -l N -y``: ``Requested reset level for device, DEV:`` / ``N: description`` / the
+    ``-I- <stage> -Done|Skipped`` lines / ``-I- FW was loaded successfully.``; level 4 ends with ``-I- Sending reboot
+    command to machine -Done`` (parse_mlxfwreset_reset, judge_live_reset; levels: LIVE_RESET_LEVELS).
+  * ``flint --version``: ``flint, mft 4.36.0-147. Git SHA Hash: ...`` (older: ``..., built on ...``); ``mstflint
+    --version``: ``mstflint, mstflint 4.33.0, Git SHA Hash: ...`` or ``mstflint 4.6.0. Git SHA ...``.
+  * The FS2/FS3 burn flows print ``Burning FS2 FW image without signatures - OK`` / ``Restoring signature - OK`` and
+    often no ``-I-`` line. docs/triage-real-world.md section 8 lists every form with its source.
 """
 from __future__ import absolute_import, division, print_function
 
