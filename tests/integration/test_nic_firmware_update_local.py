@@ -71,8 +71,8 @@ def local(tmp_path_factory):
     return {"t": t, "emu": emu, "inv": inv, "imgs": imgs, "env": env}
 
 
-def fresh(local, live=True):
-    subprocess.run([str(local["emu"] / "bin" / "hwemu-scenario"), "cx8_fw_mismatch"], check=True, capture_output=True,
+def fresh(local, live=True, scenario="cx8_fw_mismatch"):
+    subprocess.run([str(local["emu"] / "bin" / "hwemu-scenario"), scenario], check=True, capture_output=True,
                    env=local["env"])
     if live:
         (local["emu"] / "state").mkdir(exist_ok=True)
@@ -84,7 +84,8 @@ def play(local, images, name, *extra):
             "@%s" % local["imgs"][images], "-e", "nic_firmware_update_maintenance=true",
             "-e", "nic_firmware_update_report_dir=%s" % (local["t"] / "rep"), "-e", "nic_firmware_update_report_name=%s" % name]
     r = subprocess.run(argv + list(extra), cwd=ROOT, env=local["env"], capture_output=True, text=True, timeout=900)
-    rep = json.loads((local["t"] / "rep" / ("%s.json" % name)).read_text())
+    rep_path = local["t"] / "rep" / ("%s.json" % name)
+    rep = json.loads(rep_path.read_text()) if rep_path.exists() else None
     return r.returncode, r.stdout + r.stderr, rep
 
 
@@ -110,6 +111,27 @@ def test_check_mode_burns_nothing(local):
     assert "activation: live reset (mlxfwreset -l 3) on mlx5_3" in " ".join(out.split())
     assert fw(local) == "40.44.1036" and not (local["emu"] / "state" / "fw.json").exists()
     assert rep["summary"]["check_mode"] is True and rep["hosts"][0]["status"] == "would_update"
+
+
+def test_check_mode_on_an_untouched_host_shows_no_change(local):
+    """Issue 38: the controller's report was counted as a change of the host, so --check on a fleet whose NICs all
+    pass the gate recapped `changed=1`. The recap line of the host must say changed=0."""
+    fresh(local, scenario="healthy")
+    rc, out, rep = play(local, "good", "check-healthy", "--check")
+    assert rc == 0, out[-3000:]
+    recap = [ln for ln in out.splitlines() if ln.startswith("b300b ") and "ok=" in ln]
+    assert recap and " changed=0 " in " ".join(recap[-1].split()) + " ", recap or out[-3000:]
+    assert rep["hosts"][0]["status"] != "would_update" and all(
+        d["action"] == "skip" for d in rep["hosts"][0]["devices"]), rep["hosts"][0]
+
+
+def test_a_live_level_that_reboots_the_host_is_refused(local):
+    """nic_firmware_update_live_levels: [4] (mlxfwreset level 4 = warm reboot of the machine) never reaches a tool."""
+    fresh(local)
+    rc, out, rep = play(local, "good", "level4", "-e", '{"nic_firmware_update_live_levels": [4]}')
+    assert rc != 0 and "nic_firmware_update_live_levels" in out and "value of" in out.lower(), out[-3000:]
+    assert rep is None      # refused by the role's argument spec, before the first task of the update
+    assert fw(local) == "40.44.1036" and not (local["emu"] / "state" / "fw.json").exists()
 
 
 def test_live_reset_path_end_to_end(local):

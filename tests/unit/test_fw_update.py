@@ -73,6 +73,120 @@ def test_query_without_fw_version_raises():
         fu.parse_flint_query("-E- Cannot open Device: 0000:5f:00.0. No such file or directory. MFE_CR_ERROR\n")
 
 
+# issue 38: the FS2 (failsafe, "without signatures" + "Restoring signature") flows of real burns are successes
+@pytest.mark.parametrize("name, before, new", [
+    ("cx3_flint_burn_fs2_not_failsafe.txt", "2.35.5100", "2.42.5000"),
+    ("cx3_flint_burn_fs2_same_version.txt", "2.42.5000", "2.42.5000"),
+    ("cx3pro_windows_flint_burn_fs2.txt", "2.42.5700", "2.42.5700"),
+    ("cx2_flint_burn_fs2_trailing_spaces.txt", None, None),
+])
+def test_burn_real_fs2_flows_ok(name, before, new):
+    b = fu.parse_flint_burn(real(name))
+    assert (b["ok"], b["flow"], b["error"], b["flash_before"], b["flash_new"]) == (True, "legacy", None, before, new)
+
+
+def test_burn_real_fs2_stopped_part_way_is_not_ok():
+    b = fu.parse_flint_burn(real("freebsd_flint_ext_burn_fs2_stopped_at_48pct.txt"))
+    assert not b["ok"] and b["flow"] == "legacy" and b["flash_before"] == "2.36.5000"
+    assert b["error"] == "burn did not report success (rc 0)"
+
+
+def test_burn_restoring_signature_alone_is_not_a_success():
+    # one stage OK is not the whole flow: the burn stage itself must have said OK
+    assert not fu.parse_flint_burn("Restoring signature                     - OK\n")["ok"]
+
+
+@pytest.mark.parametrize("name, tool, package, version", [
+    ("mstflint_v_4.6.0_trailing_period.txt", "mstflint", "mstflint", "4.6.0"),
+    ("flint_v_mft_4.36.0-147_trailing_period.txt", "flint", "mft", "4.36.0"),
+    ("mstflint_v_4.33.0_ubuntu.txt", "mstflint", "mstflint", "4.33.0"),
+])
+def test_tool_version_real_lines(name, tool, package, version):
+    v = fu.parse_tool_version(real(name))
+    assert (v["tool"], v["package"], v["version"]) == (tool, package, version)
+
+
+def test_old_mstflint_with_trailing_period_is_judged_by_its_version_not_refused_as_unreadable():
+    c = fu.choose_tool({"flint": None, "mstflint": real("mstflint_v_4.6.0_trailing_period.txt")})
+    assert not c["ok"] and "mstflint 4.6.0 is too old for the ConnectX-8" in c["reason"]
+    assert fu.choose_tool({"flint": real("flint_v_mft_4.36.0-147_trailing_period.txt"), "mstflint": None})["ok"]
+
+
+STAGES_L3 = ["Sending Reset Command To Fw", "Stopping Driver", "Resetting PCI", "Starting Driver", "Restarting MST"]
+
+
+@pytest.mark.parametrize("name, device, mst", [
+    ("cx4_talos_mlxfwreset_level3_minimal_mst_skipped.txt", "04:00.0", "Skipped"),
+    ("cx7_mlxfwreset_level3_mst_device.txt", "/dev/mst/mt4129_pciconf0", "Done"),
+    ("cx6dx_mlxfwreset_l3_requested.txt", "3d:00.1", "Skipped"),
+])
+def test_mlxfwreset_reset_real_level3(name, device, mst):
+    r = fu.parse_mlxfwreset_reset(real(name))
+    assert (r["ok"], r["level"], r["description"], r["device"], r["fw_loaded"], r["reboots_host"], r["error"]) == (
+        True, 3, "Driver restart and PCI reset", device, True, False, None)
+    assert list(r["stages"]) == STAGES_L3 and r["stages"]["Restarting MST"] == mst
+    assert fu.judge_live_reset(r, 3) is None
+    assert "plan asked for level 0" in fu.judge_live_reset(r, 0)
+
+
+def test_mlxfwreset_reset_real_level4_reboots_the_machine_never_live():
+    r = fu.parse_mlxfwreset_reset(real("cx6dx_mstfwreset_level4_warm_reboot.txt"))
+    assert (r["level"], r["description"], r["device"], r["reboots_host"], r["fw_loaded"]) == (
+        4, "Warm Reboot", "4b:00.0", True, False)
+    assert r["stages"] == {"Sending Reset Command To Fw": "Done", "Sending reboot command to machine": "Done"}
+    assert r["ok"]      # the tool did what it was asked: the machine reboots
+    assert "rebooted (or asked to reboot) the machine" in fu.judge_live_reset(r, 4)
+
+
+def test_mlxfwreset_reset_real_unsupported_device_refused():
+    r = fu.parse_mlxfwreset_reset(real("cx3_mlxfwreset_unsupported_device.txt"), rc=1)
+    assert not r["ok"] and r["error"] == "-E- Unsupported Device: /dev/mst/mt4099_pci_cr0 (ConnectX3)."
+    assert fu.judge_live_reset(r, 3) == r["error"]
+
+
+def test_mlxfwreset_reset_rc0_without_the_loaded_line_is_not_ok():
+    text = real("cx7_mlxfwreset_level3_mst_device.txt").replace("-I- FW was loaded successfully.\n", "")
+    r = fu.parse_mlxfwreset_reset(text)
+    assert not r["ok"] and "FW was loaded successfully" in r["error"]
+    failed = real("cx7_mlxfwreset_level3_mst_device.txt").replace("Resetting PCI                           -Done",
+                                                               "Resetting PCI                           -Failed")
+    assert fu.parse_mlxfwreset_reset(failed)["error"] == "stage 'Resetting PCI' failed"
+
+
+@pytest.mark.parametrize("levels, bad", [([3], []), ([0, 3], []), ([], []), ([4], [4]), ([3, 5], [5]), ([2], [2])])
+def test_live_levels_never_reboot_the_host(levels, bad):
+    probs = fu.check_live_levels(levels)
+    assert len(probs) == len(bad)
+    for n, p in zip(bad, probs):
+        assert ("contains %d" % n) in p and "remove %d" % n in p
+    if 4 in bad:
+        assert "Warm Reboot" in probs[0]
+
+
+def test_activation_never_picks_a_reboot_level_even_if_configured():
+    q = fu.parse_mlxfwreset_query(real("bf3_mlxfwreset_query.txt"))     # level 4 (warm reboot) is Supported there
+    act = fu.activation({"mlx5_0": q}, live_levels=(4,))
+    assert act["method"] == "reboot" and act["per_device"]["mlx5_0"]["level"] is None
+
+
+def test_verify_real_fs2_ok_and_wrong_crc():
+    assert fu.parse_flint_verify(real("cx3pro_windows_flint_verify_ok.txt")) == {
+        "ok": True, "reason": "image is bootable (flint verify)"}
+    v = fu.parse_flint_verify(real("cx3pro_windows_flint_verify_wrong_crc.txt"), rc=1)
+    assert v == {"ok": False, "reason": "-E- FW image verification failed: Bad CRC.. AN HCA DEVICE CAN NOT BOOT FROM "
+                                        "THIS IMAGE."}
+    # without the -E- line the failing section itself is the reason (its address token before "- wrong CRC")
+    cut = real("cx3pro_windows_flint_verify_wrong_crc.txt").rsplit("-E-", 1)[0]
+    assert fu.parse_flint_verify(cut, rc=1)["reason"].endswith("(Configuration) /0x000ed39c/ - wrong CRC (exp:0x8e4c, "
+                                                               "act:0x9008)")
+
+
+def test_image_query_real_na_guids():
+    q = fu.parse_flint_query(real("cx4lx_pve_mstflint_image_query_na_guids.txt"))
+    assert q == {"image_type": "FS3", "fw_version": "14.32.1912", "fw_running": None, "release_date": "21.1.2026",
+                 "product_version": "rel-14_32_1912", "psid": "MT_0000000267", "security": None, "base_guid": None}
+
+
 # ------------------------------------------------------------------------------------------ parsers, emulator outputs
 @pytest.fixture()
 def emu(tmp_path):

@@ -15,7 +15,13 @@ Real output formats (tests/fixtures/real-world/nic-fw-update/, SOURCES.md there)
     errors as ``-E- ...`` (``-E- PSID mismatch. The PSID on flash (A) differs from the PSID in the given image (B).``).
   * ``mlxfwreset -d DEV query``: sections ``Reset-levels:``, ``Reset-types (...)``, ``Reset-sync (...)`` of lines
     ``N: description  -Supported|Not Supported  (default)`` (``Not supported`` too).
-  * ``flint --version``: ``flint, mft 4.34.0-145, built on ...``; ``mstflint --version``: ``mstflint, mstflint 4.21.0, ...``.
+  * ``mlxfwreset -d DEV reset -l N -y``: ``Requested reset level for device, DEV:`` / ``N: description`` / the
+    ``-I- <stage> -Done|Skipped`` lines / ``-I- FW was loaded successfully.``; level 4 ends with ``-I- Sending reboot
+    command to machine -Done`` (parse_mlxfwreset_reset, judge_live_reset; levels: LIVE_RESET_LEVELS).
+  * ``flint --version``: ``flint, mft 4.36.0-147. Git SHA Hash: ...`` (older: ``..., built on ...``); ``mstflint
+    --version``: ``mstflint, mstflint 4.33.0, Git SHA Hash: ...`` or ``mstflint 4.6.0. Git SHA ...``.
+  * The FS2/FS3 burn flows print ``Burning FS2 FW image without signatures - OK`` / ``Restoring signature - OK`` and
+    often no ``-I-`` line. docs/triage-real-world.md section 8 lists every form with its source.
 """
 from __future__ import absolute_import, division, print_function
 
@@ -34,7 +40,15 @@ TOOL_ORDER = ("flint", "mstflint")   # MFT's flint first (NCO PR #173 moved to i
 STAGES = ("plan", "image", "take_out", "burn", "activate", "verify", "gate", "nccl", "put_back")
 
 _KV = re.compile(r"^([A-Za-z][A-Za-z ()/]*?):\s*(.*?)\s*$")
-_VERSION = re.compile(r"^\s*(flint|mstflint|mlxfwreset|mstfwreset),\s*(mft|mstflint)\s+(\d+)\.(\d+)\.(\d+)(?:[-.](\S+?))?,?(?:\s|$)")
+# the version may be followed by a build number and by punctuation: "mft 4.36.0-147. Git SHA", "mstflint 4.6.0. Git SHA"
+# (real `-v` lines, tests/fixtures/real-world/nic-fw-update/SOURCES.md), "mstflint 4.21.0, Git SHA", "mft 4.34.0-145, built"
+_VERSION = re.compile(r"^\s*(flint|mstflint|mlxfwreset|mstfwreset),\s*(mft|mstflint)\s+(\d+)\.(\d+)\.(\d+)"
+                      r"(?:-(\w+))?[.,;:]*(?:\s|$)")
+# The non-MCC burn flows (mstflint flint/subcommands.cpp burnCbFs2Func / burnCbFs3Func, and MFT's FS4 variant): the
+# progress line "Burning FS2 FW image without signatures - N%" ends as "... - OK", then "Restoring signature - OK".
+_LEGACY_BURN = re.compile(r"^Burning (?:FS\d )?FW image without signatures\b")
+_BURN_STAGE_OK = re.compile(r"^(FSMST_INITIALIZE|Writing .* component|Burning (?:FS\d )?FW image without signatures|"
+                            r"Restoring signature)\s*-\s*OK\s*$")
 _RESET_LINE = re.compile(r"^\s*(\d+):\s*(.*?)\s*-\s*(Supported|Not [Ss]upported)\b\s*(\(default\))?")
 
 
@@ -65,7 +79,7 @@ def parse_flint_query(text):
         if key in keys and out[keys[key]] is None:
             out[keys[key]] = val if val.upper() != "N/A" else None
         elif key == "base guid":
-            out["base_guid"] = val.split()[0] if val else None
+            out["base_guid"] = val.split()[0] if val and val.split()[0].upper() != "N/A" else None   # an image: N/A
     if out["fw_version"] is None:
         raise ValueError("flint query output has no 'FW Version:' line (%s)" % (
             errors[0] if errors else "first line: %r" % ((text or "").strip().splitlines() or [""])[0][:120]))
@@ -76,7 +90,8 @@ def parse_flint_verify(text, rc=0):
     """``flint -i IMG verify`` -> {ok, reason}. ok only with the tool's own success line and rc 0."""
     lines = [ln.strip() for ln in (text or "").splitlines()]
     errs = [ln for ln in lines if ln.startswith("-E-")]
-    bad = [ln for ln in lines if re.search(r"\)\s*-\s*wrong CRC", ln)]
+    # "/0x...-0x... (0x...)/ (NAME) /0x000ed39c/ - wrong CRC (exp:0x8e4c, act:0x9008)" (real CX3 Pro capture)
+    bad = [ln for ln in lines if re.search(r"[)/]\s*-\s*wrong CRC", ln)]
     ok = rc == 0 and any("FW image verification succeeded" in ln for ln in lines) and not errs
     fallback = bad[0] if bad else "no verification success line (rc %s)" % rc
     reason = "image is bootable (flint verify)" if ok else (errs[0] if errs else fallback)
@@ -99,10 +114,9 @@ def parse_flint_burn(text, rc=0):
             out["error"] = ln
         if ln.startswith("FSMST_INITIALIZE"):
             out["flow"] = "mcc"
-        elif ln.startswith("Burning FW image without signatures") and out["flow"] is None:
+        elif _LEGACY_BURN.match(ln) and out["flow"] is None:
             out["flow"] = "legacy"
-    staged = [ln for ln in lines if re.match(r"^(FSMST_INITIALIZE|Writing .* component|Burning FW image without "
-                                             r"signatures|Restoring signature)\s*-\s*OK$", ln)]
+    staged = [ln for ln in lines if _BURN_STAGE_OK.match(ln)]
     loaded = any("To load new FW run" in ln for ln in lines)
     out["needs_activation"] = loaded
     out["ok"] = rc == 0 and out["error"] is None and (loaded or len(staged) >= 2)
@@ -138,6 +152,94 @@ def parse_mlxfwreset_query(text):
         raise ValueError("mlxfwreset query output has no 'Reset-levels:' section (first line: %r)"
                          % ((text or "").strip().splitlines() or [""])[0][:120])
     return out
+
+
+# mlxfwreset / mstfwreset reset levels (mstfwreset(1) of mstflint 4.13-4.33, "Reset levels: 0: Driver, PCI link,
+# network link will remain up ("live-Patch") 3: Driver restart and PCI reset 4: Warm Reboot 5: Cold Reboot"; MFT's
+# mlxfwreset adds 1 for the BlueField ARM side). Levels 4 and 5 reboot the MACHINE (the tool prints "-I- Sending reboot
+# command to machine -Done", real transcript in tests/fixtures/real-world/nic-fw-update/): a "live" activation may use
+# only the levels that keep the host up; a reboot goes through the role's own reboot path (activate.yml), never here.
+LIVE_RESET_LEVELS = {0: "live-Patch: driver, PCI link and network link stay up", 3: "driver restart and PCI reset"}
+HOST_REBOOT_LEVELS = {4: "Warm Reboot (the tool reboots the machine)", 5: "Cold Reboot (the tool power-cycles the machine)"}
+_RESET_HEAD = re.compile(r"^(?:The reset level for device|Minimal reset level for device|Requested reset level for "
+                         r"device),\s*(.+?)(?:\s+is)?\s*:\s*$")
+_RESET_STAGE = re.compile(r"^-I-\s+(\S.*?)\s*-(Done|Skipped|Failed.*?)\s*$")
+
+
+def check_live_levels(levels):
+    """Problems (strings) of nic_firmware_update_live_levels: every entry must be a level that keeps the host up
+    (LIVE_RESET_LEVELS); a level that reboots the machine (4, 5) or any other one is refused with the fix."""
+    probs = []
+    for n in levels or []:     # empty: never a live reset, every activation is a reboot (allowed)
+        if n in LIVE_RESET_LEVELS:
+            continue
+        what = HOST_REBOOT_LEVELS.get(n, "not an mlxfwreset level that keeps the host up")
+        probs.append("nic_firmware_update_live_levels contains %r: level %s is %s. A live activation may use only %s; "
+                     "the host's reboot goes through the role's reboot path (it reboots by itself where no live level "
+                     "is supported): remove %r" % (n, n, what, sorted(LIVE_RESET_LEVELS), n))
+    return probs
+
+
+def parse_mlxfwreset_reset(text, rc=0):
+    """``mlxfwreset -d DEV reset [-l N] -y`` transcript (stdout+stderr) -> {ok, level, description, device, stages,
+    fw_loaded, reboots_host, error}.
+
+    The tool prints a blank line, ``The reset level for device, DEV is:`` (``Minimal ...`` / ``Requested reset level
+    for device, DEV:`` with -l), a blank line, ``N: description``, ``Continue with reset?[y/N] y`` (even with -y),
+    then one ``-I- <stage padded to 40>-Done|Skipped|Failed`` line per stage (mstflint mlxfwreset.py ``"-I- %-40s-"``)
+    and ``-I- FW was loaded successfully.``; level 4 ends with ``-I- Sending reboot command to machine -Done``.
+    ok: rc 0, no ``-E-`` line, no Failed stage and the tool's own end (FW loaded, or the reboot command sent)."""
+    out = {"ok": False, "level": None, "description": None, "device": None, "stages": {}, "fw_loaded": False,
+           "reboots_host": False, "error": None}
+    want_level = False
+    for ln in _strip_prompt(text):
+        s = ln.strip()
+        if not s:
+            continue
+        m = _RESET_HEAD.match(s)
+        if m:
+            out["device"], want_level = m.group(1), True
+            continue
+        if want_level:
+            m = re.match(r"^(\d+):\s*(.+?)\s*$", s)
+            if m:
+                out["level"], out["description"] = int(m.group(1)), m.group(2)
+            want_level = False
+            continue
+        if s.startswith("-E-") and out["error"] is None:
+            out["error"] = s
+            continue
+        m = _RESET_STAGE.match(s)
+        if m:
+            out["stages"][m.group(1)] = m.group(2)
+            if "reboot command to machine" in m.group(1).lower():
+                out["reboots_host"] = True
+            continue
+        if re.match(r"^-I-\s+FW was loaded successfully", s):
+            out["fw_loaded"] = True
+    if out["level"] in HOST_REBOOT_LEVELS:
+        out["reboots_host"] = True
+    failed = [k for k, v in out["stages"].items() if v.startswith("Failed")]
+    if failed and out["error"] is None:
+        out["error"] = "stage %r failed" % failed[0]
+    sent_reboot = any("reboot command" in k.lower() and v == "Done" for k, v in out["stages"].items())
+    out["ok"] = rc == 0 and out["error"] is None and (out["fw_loaded"] or sent_reboot)
+    if not out["ok"] and out["error"] is None:
+        out["error"] = "no '-I- FW was loaded successfully.' line (rc %s)" % rc
+    return out
+
+
+def judge_live_reset(res, level):
+    """None when a parse_mlxfwreset_reset result is the live activation asked for (level `level`, the FW loaded, the
+    host not rebooted), else why not (one line)."""
+    if res["reboots_host"]:
+        return "mlxfwreset rebooted (or asked to reboot) the machine at level %s: a live activation never may" % (
+            res["level"],)
+    if not res["ok"]:
+        return res["error"]
+    if res["level"] is not None and res["level"] != level:
+        return "mlxfwreset ran level %s (%s), the plan asked for level %s" % (res["level"], res["description"], level)
+    return None
 
 
 def parse_tool_version(text):
@@ -319,7 +421,8 @@ def activation(reset_queries, live_levels=(3,)):
             per[dev] = {"level": None, "reason": "mlxfwreset query failed: %s" % q["error"]}
             reboot.append(dev)
             continue
-        lvl = next((n for n in live_levels if (q["levels"].get(n) or {}).get("supported")), None)
+        lvl = next((n for n in live_levels if n in LIVE_RESET_LEVELS and (q["levels"].get(n) or {}).get("supported")),
+                   None)     # a level that reboots the machine is never a live one (check_live_levels refuses it)
         if lvl is None:
             sup = sorted(n for n, x in q["levels"].items() if x["supported"])
             per[dev] = {"level": None, "reason": "mlxfwreset: level(s) %s not supported on %s (supported: %s)" % (

@@ -73,7 +73,10 @@ options:
     type: dict
     default: {}
   live_levels:
-    description: mlxfwreset levels a live activation may use, in order of preference, only where the device says it supports them.
+    description:
+      - mlxfwreset levels a live activation may use, in order of preference, only where the device says it supports them.
+      - Only 0 and 3 keep the host up (mstfwreset(1) - 4 is a warm and 5 a cold reboot of the machine); any other level
+        is refused by V(devices) and V(plan), and the reset's transcript is read - a reset that reboots the machine fails.
     type: list
     elements: int
     default: [3]
@@ -161,7 +164,9 @@ burned:
   type: list
   elements: dict
 activated:
-  description: Devices live-reset by this run (V(activate)), each with device, level, seconds.
+  description: >-
+    Devices live-reset by this run (V(activate)), each with device, level, seconds and stages (the transcript's
+    C(-I-) stages and their Done/Skipped).
   returned: always
   type: list
   elements: dict
@@ -232,7 +237,7 @@ def devices_only(module, p, commands):
     devices = fu.plan_devices(p["rdma_nics"], _rows(module, p, commands), p["policy"])
     return {"devices": devices, "to_burn": [d["device"] for d in devices if d["action"] == "burn"],
             "to_activate": [d["device"] for d in devices if d["action"] in ("burn", "activate")],
-            "problems": fu.check_images_input(p["images"]) + [
+            "problems": fu.check_images_input(p["images"]) + fu.check_live_levels(p["live_levels"]) + [
                 "%s (%s): %s" % (d["device"], d["pci_address"], d["reason"]) for d in devices if d["action"] == "refuse"]}
 
 
@@ -262,6 +267,7 @@ def plan(module, p, commands):
     devices = fu.plan_devices(p["rdma_nics"], _rows(module, p, commands), p["policy"])
     todo = [d for d in devices if d["action"] in ("burn", "activate")]
     problems = ["%s (%s): %s" % (d["device"], d["pci_address"], d["reason"]) for d in devices if d["action"] == "refuse"]
+    problems += fu.check_live_levels(p["live_levels"])
     tool = _tool(module, p, commands) if todo else {"tool": None, "ok": True, "reason": "nothing to burn", "path": None,
                                                     "checked": []}
     if todo and not tool["ok"]:
@@ -340,17 +346,24 @@ def activate(module, p, commands):
     for d in [x for x in pl.get("devices", []) if x["action"] in ("burn", "activate")]:
         level = act["per_device"][d["device"]]["level"]
         argv = [pl["reset_tool"], "-d", d["pci_address"], "reset", "-l", str(level), "-y"]
+        if level not in fu.LIVE_RESET_LEVELS:      # a plan from elsewhere: never a level that reboots the machine
+            module.fail_json(msg="%s (%s): refused mlxfwreset -l %s: %s" % (
+                d["device"], d["pci_address"], level, "; ".join(fu.check_live_levels([level]))), plan=pl, burned=[],
+                activated=done, commands=commands, failed_device=dict(d, state=fu.nic_state("activate", d)))
         if module.check_mode:
             commands.append(argv)
             continue
         t0 = time.monotonic()
         rc, out, err = _run(module, argv, commands)
-        if rc != 0:
+        res = fu.parse_mlxfwreset_reset(out + "\n" + err, rc)
+        why = fu.judge_live_reset(res, level)
+        if why:
             state = fu.nic_state("activate", d)
-            module.fail_json(msg="%s (%s): mlxfwreset -l %s failed: %s. NIC state: %s" % (
-                d["device"], d["pci_address"], level, (err or out).strip()[:300], state), plan=pl, burned=[],
+            module.fail_json(msg="%s (%s): mlxfwreset -l %s: %s. NIC state: %s" % (
+                d["device"], d["pci_address"], level, why, state), plan=pl, burned=[],
                 activated=done, commands=commands, failed_device=dict(d, output=(out + err)[-2000:], state=state))
-        done.append({"device": d["device"], "level": level, "seconds": round(time.monotonic() - t0, 2)})
+        done.append({"device": d["device"], "level": level, "seconds": round(time.monotonic() - t0, 2),
+                     "stages": res["stages"]})
     return done
 
 
