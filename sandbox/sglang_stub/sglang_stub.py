@@ -36,8 +36,8 @@ Environment knobs (all optional; README.md has the full table):
                                 refuse_flag:--NAME (exit 1 at start when argv holds --NAME: a flag it refuses at start)
   SGLANG_STUB_CONTROL_DIR     control directory (default /run/sglang-stub/<port>); files read on every request:
                                 fault, latency_ms, kv_transfer_ms, warmup_seconds, health_forward_ms,
-                                mooncake_transport, step_ms, knee_batch, degrade (replace the env value while
-                                present)
+                                mooncake_transport, step_ms, knee_batch, degrade, answer_book (replace the env
+                                value while present)
   SGLANG_STUB_HANG_MAX_SECONDS  a hung request gives up (504) after this long (default 600)
   SGLANG_STUB_INSTANCE_NAME   name in the answer text (default <hostname>:<port> when --host is a wildcard)
   SGLANG_STUB_CHECK_ONLY=1    `serve ARGV` only parses (exit 0 accepted / 2 refused) and starts nothing
@@ -451,6 +451,7 @@ class StubState:
         self.batch = 0
         self.batch_slots = threading.BoundedSemaphore(self.max_running_requests)
         self.answer_book = load_answer_book(env.get("SGLANG_STUB_ANSWER_BOOK"))
+        self._book_file = (None, {})         # (mtime, book) of the control file answer_book
 
     # -- time ----------------------------------------------------------------------------------------------------
     def real(self, seconds):
@@ -578,9 +579,26 @@ class StubState:
                 continue
         return out
 
+    def current_answer_book(self):
+        """The control file `answer_book` (the question set's JSON itself, copied in by the operator: the sandbox
+        hosts' units set no SGLANG_STUB_ANSWER_BOOK), re-read when it changes; else the one of the environment."""
+        path = os.path.join(self.control_dir, "answer_book")
+        try:
+            mtime = os.path.getmtime(path)
+        except OSError:
+            return self.answer_book
+        if self._book_file[0] != mtime:
+            try:
+                with open(path, encoding="utf-8") as fh:
+                    self._book_file = (mtime, answer_book_of(json.load(fh)))
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                log("WARNING", "stub answer_book %s unreadable (%s): ignored" % (path, exc))
+                self._book_file = (mtime, {})
+        return self._book_file[1]
+
     def book_answer(self, prompt):
         """The answer-book answer for this prompt, or None when the prompt is not in the book."""
-        item = self.answer_book.get(prompt.strip())
+        item = self.current_answer_book().get(prompt.strip())
         if item is None:
             return None
         frac = self.degraded().get(item["task_type"], 0.0)
@@ -819,7 +837,12 @@ def load_answer_book(path):
     if not path:
         return {}
     with open(path, encoding="utf-8") as fh:
-        items = json.load(fh)["items"]
+        return answer_book_of(json.load(fh))
+
+
+def answer_book_of(questions):
+    """load_answer_book's map from the question set itself."""
+    items = questions["items"]
     by_type = collections.defaultdict(list)
     for it in items:
         by_type[it["task_type"]].append(it)
@@ -871,7 +894,7 @@ def output_tokens(st, path, body):
     With a reasoning parser and thinking on (chat) the model first thinks, closes the think block, then answers;
     glm45 thinks without a leading <think> (thinks_internally), kimi_k3 starts inside the think channel
     (force_reasoning) and wraps the answer in its response channel."""
-    booked = st.book_answer(prompt_of(path, body)) if st.answer_book else None
+    booked = st.book_answer(prompt_of(path, body))
     answer = [("answer", w) for w in (booked or st.answer_text()).split(" ")]
     if not (path == "/v1/chat/completions" and thinking_enabled(st.reasoning_parser, body)):
         return answer

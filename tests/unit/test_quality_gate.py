@@ -95,3 +95,22 @@ def test_a_baseline_of_other_questions_is_refused(tmp_path):
     base.write_text(json.dumps({"questions_sha256": "0" * 64, "identity": {}, "answers": {}}))
     r = gate("check", "--url", "http://127.0.0.1:9", "--baseline", str(base))
     assert r.returncode == 2 and "recorded on another question set" in r.stderr
+
+
+def test_the_answer_book_as_a_control_file(tmp_path):
+    """The sandbox hosts' units set no SGLANG_STUB_ANSWER_BOOK: the operator copies the question set into the stub's
+    control directory instead (docs/go-live-tuning.md)."""
+    from test_sglang_stub import http
+    item = json.loads(QUESTIONS.read_text())["items"][0]
+    s = Stub(tmp_path)
+    try:
+        def answer():
+            body = {"messages": [{"role": "user", "content": item["prompt"]}], "temperature": 0}
+            return json.loads(http("POST", s.url + "/v1/chat/completions", body)[1])["choices"][0]["message"]["content"]
+        assert answer().startswith("stub M on ")              # no book: the stub's own answer
+        s.control("answer_book", QUESTIONS.read_text())
+        assert answer() == item["reference"]
+        s.control("degrade", "%s:1" % item["task_type"])
+        assert answer() == "I cannot tell from the text given."
+    finally:
+        s.stop()
