@@ -70,13 +70,45 @@ def test_a_sweep_longer_than_its_bound_is_refused_before_any_request(tmp_path):
     r = subprocess.run([sys.executable, str(TOOL), "--url", "http://127.0.0.1:9", "--start", "32", "--limit", "512",
                         "--hold", "600", "--max-total", "3000", "--out", str(tmp_path / "o")],
                        capture_output=True, text=True, timeout=60)
-    assert r.returncode == 2 and "= 3300 s is over --max-total 3000" in r.stderr
+    assert r.returncode == 2 and "= 3300 s is over --max-total 3000" in r.stderr, r.stderr
     assert not (tmp_path / "o").exists()
 
 
 MIX = {"default": "t", "mixes": {"t": {"tasks": [
     {"name": "chat", "weight": 60, "system_len": 16, "input_len": 40, "output_len": 8},
     {"name": "doc", "weight": 40, "system_len": 4, "input_len": 200, "output_len": 8}]}}}
+
+
+FIXTURE = ROOT / "tests" / "fixtures" / "sweep" / "bench_serving-0.5.17-custom-c2.jsonl"
+STUB_SMALL = sweep.check_mix("stub_small", json.loads((ROOT / "tools" / "golive" / "mixes.json").read_text())
+                             ["mixes"]["stub_small"])
+
+
+def test_bench_serving_output_is_read_as_bench_serving_reads_it():
+    """A real bench_serving 0.5.17 result (tests/fixtures/sweep/SOURCES.md); the expected values are copied from the
+    raw file: total_output_tokens 60, p99_ttft_ms 55.335410810102985, median_tpot_ms 40.663790111117734,
+    input_lens [256, 48, 48, 32, ...] (long_document 256, chat 48, Q&A 32 words in stub_small), no errors."""
+    res = json.loads(FIXTURE.read_text().splitlines()[-1])
+    recs = sweep.bench_records(res, STUB_SMALL)
+    assert len(recs) == 8 and all(r["ok"] for r in recs)
+    assert [r["task"] for r in recs[:4]] == ["long_document", "multi_turn_chat", "multi_turn_chat", "single_turn_qa"]
+    s = sweep.step_summary(2, recs, res["duration"])
+    assert s["output_tokens"] == 60
+    assert abs(s["p99_ttft_ms"] - 55.335410810102985) < 1e-3      # the report keeps 3 decimals (microseconds)
+    assert abs(s["p50_tpot_ms"] - 40.663790111117734) < 0.5     # mean ITL per request vs (latency - ttft) / (n - 1)
+    bad = dict(res, errors=["Traceback ...\nClientConnectorError: refused"] + res["errors"][1:])
+    first = sweep.bench_records(bad, STUB_SMALL)[0]
+    assert not first["ok"] and first["error"] == "ClientConnectorError: refused" and first["output_tokens"] == 0
+
+
+def test_bench_argv_and_rounds():
+    argv = sweep.bench_argv("/v/python", "http://r:30080", "M", "/tok", "/d.jsonl", 64, 16, "/o.jsonl", 42, "t")
+    assert argv[:3] == ["/v/python", "-m", "sglang.bench_serving"] and "--flush-cache" not in argv
+    for flag, val in (("--dataset-name", "custom"), ("--max-concurrency", "16"), ("--num-prompts", "64"),
+                      ("--request-rate", "inf"), ("--warmup-requests", "0"), ("--model", "M")):
+        assert argv[argv.index(flag) + 1] == val
+    assert sweep.bench_rounds(600, None) == 4 and sweep.bench_rounds(600, 2.0) == 300
+    assert sweep.bench_rounds(1, 5.0) == 2
 
 
 def stub_with_knee(tmp_path, knee):

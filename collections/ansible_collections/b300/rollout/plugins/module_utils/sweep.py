@@ -156,7 +156,7 @@ def plan(recommended, workers, profile=None):
             "lines": ["%s: router.args --max-concurrent-requests: %d" % (where, recommended),
                       "%s: every serving (decode) worker's args --max-running-requests: %d (= %d / %d workers, "
                       "rounded up)" % (where, per, recommended, max(1, workers)),
-                      "not applied: change the profile, then roll it out (make rollout) and re-run the sweep"]}
+                      "not applied: change the profile, deploy it the usual way (site.yml) and sweep again"]}
 
 
 def report_markdown(r):
@@ -186,3 +186,48 @@ def report_markdown(r):
               "Recommended concurrency: %s." % (k.get("recommended_concurrency") or "none"), "", "Plan (not applied):", ""]
     lines += ["- " + ln for ln in r["plan"]["lines"]]
     return "\n".join(lines) + "\n"
+
+
+# --- the real benchmark client (tools/sweep --client bench_serving) ---------------------------------------------------
+# One `python -m sglang.bench_serving` child per step: the step's mix is one custom dataset (JSONL of {"conversations":
+# [{"content": prompt}, {"content": completion}]}: sglang/benchmark/datasets/custom.py takes the prompt as is and the
+# output length from the completion's token count; ignore_eos is on by default, so exactly that many tokens come),
+# --max-concurrency C (its closed loop) and C x rounds requests. bench_serving holds no time, so the rounds are sized
+# to last about the hold from the previous step's mean end-to-end latency (`bench_rounds`).
+
+def bench_argv(python, url, model, tokenizer, dataset, num, concurrency, output_file, seed, tag):
+    """The bench_serving command line of one step (native sglang backend: /generate, like the acceptance run)."""
+    argv = [python, "-m", "sglang.bench_serving", "--backend", "sglang", "--base-url", url,
+            "--tokenizer", tokenizer, "--dataset-name", "custom", "--dataset-path", dataset,
+            "--num-prompts", str(num), "--request-rate", "inf", "--max-concurrency", str(concurrency),
+            "--seed", str(seed), "--warmup-requests", "0", "--output-file", output_file, "--output-details",
+            "--disable-tqdm", "--tag", tag]
+    if model:
+        argv[argv.index("--tokenizer"):argv.index("--tokenizer")] = ["--model", model]
+    return argv
+
+
+def bench_rounds(hold_s, mean_e2e_s, first_rounds=4, cap=10000):
+    """Requests per client for a step to last about hold_s: hold / the previous step's mean latency (first step:
+    first_rounds), at least 2."""
+    if not mean_e2e_s or mean_e2e_s <= 0:
+        return first_rounds
+    return int(max(2, min(cap, round(hold_s / mean_e2e_s))))
+
+
+def bench_records(result, tasks):
+    """Request records (as the built-in client's) from bench_serving's --output-details JSON line: ok = an empty
+    error, TTFT = ttfts[i], TPOT = the mean of itls[i] (bench_serving's own TPOT: (latency - ttft) / (tokens - 1)),
+    the task = the one whose input_len is nearest input_lens[i] (the mixes keep them apart)."""
+    ttfts, itls = result.get("ttfts") or [], result.get("itls") or []
+    outs, errs, ins = result.get("output_lens") or [], result.get("errors") or [], result.get("input_lens") or []
+    recs = []
+    for i, ttft in enumerate(ttfts):
+        err = errs[i] if i < len(errs) else ""
+        il = itls[i] if i < len(itls) else []
+        n_in = ins[i] if i < len(ins) else None
+        task = min(tasks, key=lambda t: abs(t["input_len"] - n_in))["name"] if n_in is not None and tasks else None
+        recs.append({"task": task, "ok": not err, "error": (err.strip().splitlines() or ["failed"])[-1] if err else None,
+                     "ttft_s": ttft if not err else None, "tpot_s": (sum(il) / len(il)) if il and not err else None,
+                     "output_tokens": outs[i] if i < len(outs) and not err else 0})
+    return recs
