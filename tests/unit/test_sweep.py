@@ -122,7 +122,7 @@ def test_the_sweep_finds_the_stubs_knee(tmp_path):
     try:
         t0 = time.monotonic()
         r = subprocess.run([sys.executable, str(TOOL), "--url", s.url, "--mixes", str(tmp_path / "mix.json"),
-                            "--start", "2", "--limit", "16", "--hold", "2", "--drain", "5", "--timeout", "20",
+                            "--start", "2", "--limit", "16", "--hold", "2", "--drain", "5", "--timeout", "20", "--progress", "1",
                             "--workers", "2", "--out", str(tmp_path / "out")], capture_output=True, text=True,
                            timeout=120)
         took = time.monotonic() - t0
@@ -142,6 +142,7 @@ def test_the_sweep_finds_the_stubs_knee(tmp_path):
     assert "| 8 (knee) |" in (tmp_path / "out" / "sweep.md").read_text()
     assert (tmp_path / "out" / "sweep.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert r.stderr.count("] concurrency") == 8          # a start and an end line per step
+    assert "sweep:   concurrency 16: 1/2 s, " in r.stderr    # and one within each step, every --progress s
     assert took < 60
 
 
