@@ -351,9 +351,9 @@ def test_an_s3_listing_failure_is_a_clear_per_host_message_without_the_secret(mo
     res = run(args(model, source={"type": "s3", "endpoint": "http://127.0.0.1:9", "bucket": "weights",
                                   "prefix": "p"}), model["tmp"])
     assert res["failed"] and "Traceback" not in json.dumps(res)
-    assert res["msg"].startswith("A: the source (s3 http://127.0.0.1:9 bucket weights) failed for 1 of the files "
-                                 "org/M needs: "), res["msg"]
-    assert "listing src:weights/p/org/M failed: rclone lsjson src:weights/p/org/M exited 1: " in res["msg"]
+    assert res["msg"].startswith("A: the source (s3 http://127.0.0.1:9 bucket weights) could not be listed, so none "
+                                 "of the files org/M needs was checked: listing src:weights/p/org/M failed: rclone "
+                                 "lsjson src:weights/p/org/M exited 1: "), res["msg"]
     assert "InvalidAccessKeyId" in res["msg"] and "s3cr3t-value" not in json.dumps(res) and "<redacted>" in res["msg"]
     assert "nothing was written; fix: " in res["msg"] and not staging_of(model).exists()
 

@@ -88,6 +88,12 @@ def check_models(host, models):
 def probe_message(host, source, rel, bad, files, where):
     """The refusal before the first byte, from probe results {name: (kind, why)}: files the source lacks or holds
     with another size, a source that refuses the credentials, or one that does not answer (not called 'lacks')."""
+    listing = [why for kind, why in bad.values() if kind == "listing"]
+    if listing:
+        return ("%s: the source (%s) could not be listed, so none of the files %s needs was checked: %s; nothing was "
+                "written; fix: check that the endpoint answers from this host, the bucket and prefix "
+                "(model_weights_source) and the S3 keys in the vault (model_weights_s3_access_key_id / "
+                "_secret_access_key), then re-run (manifest %s)" % (host, source, rel, listing[0], where))
     groups = {}
     for n, (kind, why) in sorted(bad.items()):
         groups.setdefault(kind, []).append("%s (found: %s; expected %d bytes, sha256 %s)" % (

@@ -505,9 +505,8 @@ class Fetcher:
                     if not exc.retry or d is None:
                         break
                     time.sleep(d)
-            if listing is None:
-                why = "listing src:%s failed: %s" % (mio.s3_key(self.src, self.rel), err)
-                return {n: (err.kind if err.kind in ("network", "server") else "other", why) for n in names[:1]}
+            if listing is None:   # one entry: the listing failed, so none of the names could be checked
+                return {names[0]: ("listing", "listing src:%s failed: %s" % (mio.s3_key(self.src, self.rel), err))}
             for n in names:
                 if n not in listing:
                     bad[n] = ("missing", "no object src:%s" % mio.s3_key(self.src, self.rel, n))
