@@ -305,6 +305,27 @@ def test_a_symlink_in_the_model_directory_is_replaced_and_its_target_never_chown
     assert_verified(final, model["files"])
 
 
+def test_the_controllers_plan_refuses_a_symlink_in_its_path_source(model):
+    outside = model["tmp"] / "secret.bin"
+    link = pathlib.Path(model["src_root"]) / "org" / "M" / "config.json"
+    outside.write_bytes(link.read_bytes())
+    link.unlink()
+    link.symlink_to(outside)
+    a = dict(args(model)["models"][0], digest=mw.manifest_digest(model["files"]))   # as step models hands it on
+    plan_args = {"step": "fanout", "models": {"A": [a]}, "states": {"A": [{"rel": "org/M", "state": "absent"}]},
+                 "source": {"type": "path", "where": "controller", "path": model["src_root"]},
+                 "serve_addresses": {"A": "127.0.0.1"}, "controller_address": "127.0.0.1"}
+    f = model["tmp"] / "plan-args.json"
+    f.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": plan_args}))
+    r = subprocess.run([sys.executable, str(MOD.parent / "model_weights_plan.py"), str(f)], capture_output=True,
+                       text=True, timeout=60, env=dict(os.environ, PYTHONPATH=str(ROOT / "collections")))
+    assert r.stdout.strip(), r.stderr[-3000:]
+    res = json.loads(r.stdout)
+    assert res["failed"] and ("controller: the source %s holds org/M/config.json through a symlink: %s is a symlink "
+                              "to %s (manifest m.json); nothing was written" % (model["src_root"], link, outside)
+                              ) in res["msg"], res["msg"]
+
+
 def test_weights_manifest_refuses_a_symlink(tmp_path):
     d = tmp_path / "M"
     d.mkdir()
