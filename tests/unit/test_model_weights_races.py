@@ -246,6 +246,13 @@ def test_the_file_renamed_into_place_is_the_one_hashed():
         assert pathlib.Path(dest).read_bytes() == b"verified"
 
 
+def test_the_marker_is_refused_for_a_file_replaced_after_it_was_verified():
+    verified = {"a": {"stat": [5, 100, 7]}, "b": {"stat": [9, 200, 8]}}
+    assert mw.not_as_verified({"a": [5, 100, 7], "b": [9, 200, 8]}, verified) == []
+    assert mw.not_as_verified({"a": [5, 100, 7], "b": [0, 300, 11]}, verified) == ["b"]   # another inode there
+    assert mw.not_as_verified({"a": [5, 100, 7], "c": [1, 1, 1]}, verified) == ["c"]      # never verified
+
+
 # --- a manifest that drops a shard --------------------------------------------------------------------------------
 def test_a_manifest_that_drops_a_shard_rebuilds_the_directory_without_it(model):
     run(args(model), model["tmp"])

@@ -265,6 +265,13 @@ def stat_key(st):
     return [int(st.st_size), int(st.st_mtime_ns), int(st.st_ino)]
 
 
+def not_as_verified(keys, verified):
+    """Names whose stat key now ({name: key}) is not the one recorded when the file was verified ({name: {"stat"}}):
+    the marker is written only when this is empty (a file replaced at its name after it was hashed is never
+    labelled verified)."""
+    return sorted(n for n, key in keys.items() if list(key) != list((verified.get(n) or {}).get("stat") or []))
+
+
 def marker_doc(model, digest, files, keys, source, need, when):
     """The marker written last into a complete directory: what was verified and the stat key of each file then."""
     return {"format": MARKER_FORMAT, "model": model, "manifest_sha256": digest, "need": need, "source": source,

@@ -1056,12 +1056,14 @@ class Stager:
             res.update(result="failed", errors=sorted(ctx["failed"].values()), elapsed_s=round(time.time() - t0, 2))
             return res
         keys = {n: mw.stat_key(os.lstat(os.path.join(staging, n))) for n in files}
-        moved = [n for n in files if keys[n] != list((ctx["verified"].get(n) or {}).get("stat") or [])]
+        moved = mw.not_as_verified(keys, ctx["verified"])
         if moved:
-            msg = ("%s: %s: %s in %s no longer the file%s this run verified (size, mtime, inode differ); nothing was "
-                   "switched into place; the serving copy is untouched; fix: something outside the stage writes into "
-                   "%s: stop it, then re-run" % (self.host, r["rel"], ", ".join(moved[:5]), staging,
-                                                 " is" if len(moved) == 1 else "s are", staging))
+            msg = ("%s: %s: %s in %s %s; expected the file%s this run verified (size, mtime, inode as recorded); "
+                   "nothing was switched into place; the serving copy is untouched; fix: something outside the stage "
+                   "writes into %s: stop it, then re-run" % (
+                       self.host, r["rel"], ", ".join(moved[:5]), staging,
+                       "is another file" if len(moved) == 1 else "are other files", "" if len(moved) == 1 else "s",
+                       staging))
             ctx["status"] = "failed"
             self.write_status(ctx)
             res.update(result="failed", errors=[msg])
