@@ -445,5 +445,9 @@ def test_backoff_delays_are_bounded():
     assert mio.classify_failure(22, 503) == ("server", True)
     assert mio.classify_failure(22, 404) == ("missing", False)
     assert mio.classify_failure(22, 416) == ("short", False)
+    assert mio.classify_rclone(5) == ("network", True) and mio.classify_rclone(7) == ("other", False)
+    assert mio.classify_rclone(4) == ("missing", False)
+    line = mw.progress_line("A", {"waiting_on_lock": "A: /m/M is being staged by another run (pid 7, ...)"})
+    assert line == "A: /m/M is being staged by another run (pid 7, ...)"
     assert mio.head_content_length("HTTP/1.1 302 Found\r\nContent-Length: 5\r\n\r\nHTTP/1.1 200 OK\r\n"
                                    "Content-Length: 123\r\n\r\n") == 123

@@ -98,8 +98,9 @@ class ProcessReader:
     """The stdout of a transfer tool (curl, rclone cat). Secrets go in `env` or as `stdin` (curl -K -), never argv.
     close() waits for the tool and raises SourceError with its exit code and the tail of its stderr."""
 
-    def __init__(self, argv, env=None, stdin=None, describe=None, redact=()):
+    def __init__(self, argv, env=None, stdin=None, describe=None, redact=(), classify=None):
         self.describe = describe or argv[0]
+        self.classify = classify or classify_failure
         self.redact = [r for r in redact if r]
         self.err = tempfile.TemporaryFile()
         try:
@@ -149,7 +150,7 @@ class ProcessReader:
             msg = [ln for ln in lines if not ln.startswith("b300-http-code=")]
             status = int(code[-1]) if code and code[-1].isdigit() and int(code[-1]) else None
             why = "; ".join(msg[-3:]) or "no message"
-            kind, transient = classify_failure(rc, status)
+            kind, transient = self.classify(rc, status)
             if rc == CURL_RANGE_ERROR:
                 kind, transient = "other", True
             raise SourceError("%s exited %d%s: %s" % (self.describe, rc, " (HTTP %d)" % status if status else "", why),
@@ -279,6 +280,19 @@ def classify_failure(rc, status):
     if status == 429 or status == 408:
         return "server", True
     return "other", rc not in (6, 22, 23, CURL_RANGE_ERROR)
+
+
+def classify_rclone(rc, status=None):
+    """(kind, transient) of a failed `rclone cat` from its exit code (rclone docs, "Exit Code"): 3 directory not
+    found and 4 file not found are missing, 5 a temporary error (retries might fix) is network, 7 a fatal error (one
+    that more retries won't fix) and 1 a usage error are not retried; others (2 uncategorised, 6) are retried."""
+    if rc in (3, 4):
+        return "missing", False
+    if rc == 5:
+        return "network", True
+    if rc in (1, 7):
+        return "other", False
+    return "other", True
 
 
 def backoff_delays(retries, first_s, max_s):

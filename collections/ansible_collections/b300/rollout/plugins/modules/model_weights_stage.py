@@ -473,7 +473,7 @@ class Fetcher:
             return mio.ProcessReader(mio.rclone_cat_argv(self.src, self.rel, name, offset),
                                      env=mio.rclone_env(self.src, self.secrets),
                                      describe="rclone cat src:%s" % mio.s3_key(self.src, self.rel, name),
-                                     redact=redact)
+                                     redact=redact, classify=mio.classify_rclone)
         raise mio.SourceError("source type %r has no reader" % self.t, retry=False)
 
     def probe(self, names, files, parallel, delays=()):
