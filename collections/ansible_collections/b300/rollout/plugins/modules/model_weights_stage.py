@@ -986,8 +986,8 @@ class Stager:
             self.write_marker(ctx, r["final"], {n: r["_judged"]["good"][n] for n in files})
             res["result"] = "relabelled"
             return res
-        if r["state"] != "absent" and not rebuild and all(a["action"] == "link" or (a["action"] == "adopt" and a["from"] == "final")
-                                          for a in actions):
+        in_place = all(a["action"] == "link" or (a["action"] == "adopt" and a["from"] == "final") for a in actions)
+        if r["state"] != "absent" and not rebuild and in_place:
             # everything is there already: hash what nothing proves; the directory stays where it is
             bad = [a for a in actions if a["action"] == "adopt" and not self.adopt(ctx, a)]
             if not bad:
