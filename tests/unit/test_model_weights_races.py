@@ -226,6 +226,30 @@ def test_takeover_ends_the_old_run_by_sigterm_then_stages(model, slow):
     assert_verified(final_of(model), model["files"])
 
 
+def test_an_earlier_runs_server_on_the_port_is_named_or_taken_over(model):
+    port = mio_free_port()
+    base = {"mode": "serve", "host": "A", "kind": "source", "root": model["src_root"], "bind_address": "127.0.0.1",
+            "port": port, "secrets_file": str(model["tmp"] / "secrets.json"),
+            "models": [{"rel": "org/M", "final": str(final_of(model)), "files": model["files"]}]}
+    old = start(dict(base, run_dir=str(model["tmp"] / "runs" / "old"), max_s=60), model["tmp"])
+    lock = model["tmp"] / "runs" / (".serve-%d" % port + mio.LOCK_SUFFIX)
+    wait_for(lambda: lock.exists() and '"pid": %d' % old.pid in lock.read_text())
+    refused = run(dict(base, run_dir=str(model["tmp"] / "runs" / "new"), max_s=1), model["tmp"])
+    assert refused["failed"] and refused["msg"].startswith("A: port %d is served by an earlier run's weights server: "
+                                                           "pid %d, run old, " % (port, old.pid)), refused["msg"]
+    new = run(dict(base, run_dir=str(model["tmp"] / "runs" / "new"), max_s=1, takeover=True), model["tmp"])
+    assert not new.get("failed"), new.get("msg")
+    assert old.wait(timeout=30) == -signal.SIGTERM
+
+
+def mio_free_port():
+    s = __import__("socket").socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
 def test_the_file_renamed_into_place_is_the_one_hashed():
     with tempfile.TemporaryDirectory() as d:
         part, dest = os.path.join(d, "x.part"), os.path.join(d, "x")
@@ -428,10 +452,7 @@ def test_a_5xx_that_lasts_is_named_a_server_error_not_a_missing_file(model, slow
 
 
 def test_a_refused_connection_is_named_as_such(model):
-    s = __import__("socket").socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()                                                 # nothing listens there
+    port = mio_free_port()                                    # nothing listens there
     res = run(args(model, source={"type": "http", "url": "http://127.0.0.1:%d" % port}, retries=1,
                    retry_delay_s=0.05), model["tmp"])
     assert res["failed"] and "did not answer for 5 of the files org/M needs after the retries" in res["msg"]

@@ -415,7 +415,14 @@ class DirLock:
 
     def try_lock(self):
         import fcntl
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC, 0o644)
+        flags = getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | flags, 0o644)
+        except PermissionError:
+            # another user's lock file (a controller shared by two users): flock works on a read-only descriptor;
+            # the holder named in it then stays the last one that could write it
+            fd = os.open(self.path, os.O_RDONLY | flags)
+            self.holder = None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
@@ -424,9 +431,10 @@ class DirLock:
                 return False
             raise
         self.fd = fd
-        data = json.dumps(self.holder, sort_keys=True).encode()
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, data, 0)
+        if self.holder is not None:
+            data = json.dumps(self.holder, sort_keys=True).encode()
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, data, 0)
         return True
 
     def acquire(self, wait_s, takeover=False, on_wait=None, term_wait_s=30, sleep=time.sleep):

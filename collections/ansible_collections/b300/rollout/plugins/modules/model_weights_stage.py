@@ -127,7 +127,9 @@ options:
     default: 300
   takeover:
     description: stage mode, end the run holding a model directory's lock (SIGTERM to its process, when it is this
-      module) instead of only waiting for it; its verified files and .part files are kept and resumed.
+      module) instead of only waiting for it; its verified files and .part files are kept and resumed. serve mode,
+      end an earlier run's server of this port (it holds C(<parent of run_dir>/.serve-<port>.b300-lock)) instead of
+      being refused naming it.
     type: bool
     default: false
   run_id:
@@ -1103,16 +1105,21 @@ def io_delta(before):
     return {k: after.get(k, 0) - before.get(k, 0) for k in ("rchar", "wchar", "syscr", "read_bytes", "write_bytes")}
 
 
+def holder_doc(p):
+    """Who holds a lock: this process, the run, the user (and whom sudo ran it for), since when."""
+    user = pwd.getpwuid(os.getuid()).pw_name
+    return {"pid": os.getpid(), "run_id": p["run_id"] or os.path.basename(p["run_dir"]), "since": time.time(),
+            "user": user + (" (sudo from %s)" % os.environ["SUDO_USER"] if os.environ.get("SUDO_USER") else ""),
+            "host": p["host"], "module": "model_weights_stage", "mode": p["mode"]}
+
+
 def take_locks(module, p, finals, prog):
     """The lock of every model directory this run changes (model_weights_io.DirLock, sorted by path so two runs
     never wait on each other crosswise), held until the process ends. A directory another run holds: waited on up
     to lock_wait_s (the progress file says on whom), or with takeover that run (this module, by its pid) is ended
     first; then refused naming the holder."""
     t0 = time.time()
-    user = pwd.getpwuid(os.getuid()).pw_name
-    holder = {"pid": os.getpid(), "run_id": p["run_id"] or os.path.basename(p["run_dir"]), "since": time.time(),
-              "user": user + (" (sudo from %s)" % os.environ["SUDO_USER"] if os.environ.get("SUDO_USER") else ""),
-              "host": p["host"], "module": "model_weights_stage"}
+    holder = holder_doc(p)
     held = []
     for final in sorted(set(finals)):
         os.makedirs(os.path.dirname(final), 0o755, exist_ok=True)
@@ -1269,6 +1276,17 @@ def serve(module, p, t0, io0):
         models.append({"rel": m["rel"], "names": set(files), "digest": mw.manifest_digest(files), "final": final,
                        "staging": staging_path(final) if final else None, "root": p["root"],
                        "status_name": mw.status_name(m["rel"])})
+    # one server per port: an earlier run's server (a Ctrl-C'd play leaves its async job) holds this lock; with
+    # takeover it is ended (SIGTERM) like an earlier stage, else this run is refused naming it
+    run_parent = os.path.dirname(os.path.abspath(p["run_dir"]))
+    os.makedirs(run_parent, 0o700, exist_ok=True)
+    port_lock = mio.DirLock(os.path.join(run_parent, "serve-%d" % p["port"]), holder_doc(p))
+    if not port_lock.acquire(10 if p["takeover"] else 0, takeover=p["takeover"]):
+        module.fail_json(msg="%s: port %s is served by an earlier run's weights server: %s; fix: re-run with -e "
+                             "model_weights_takeover=true to end it, or wait until it stops (its max_s)" % (
+                                 p["host"], p["port"], mio.holder_text(mio.read_holder(port_lock.path),
+                                                                       port_lock.path)),
+                         problems=[], lock_holder=mio.read_holder(port_lock.path))
     try:
         srv = mio.WeightsServer(p["bind_address"], p["port"], token, models, kind=p["kind"], run_dir=p["run_dir"])
     except OSError as exc:
