@@ -573,6 +573,8 @@ ROLE_RULES = {
     "sglang_generate_max_tokens": lambda v: rule_int(v, 1, unit="tokens"),
     "sglang_server_argv_check": rule_bool,
     "sglang_rolling_instances": _list_of(rule_instance_id),
+    # a controller path into the quality gate's argv (a list, no shell); empty turns the gate off
+    "sglang_rolling_quality_baseline": lambda v: rule_argv_path(v, required=False),
     "sglang_restart_strategy": lambda v: rule_choice(v, ("rolling", "parallel", "none")),
     "sglang_rolling_reach_timeout_s": rule_int,
     "sglang_rolling_drain_timeout_s": rule_int,
