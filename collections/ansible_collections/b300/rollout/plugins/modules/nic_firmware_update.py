@@ -19,7 +19,7 @@ description:
   - V(burn) runs C(flint -d PCI -i IMAGE -y burn) for each device the plan burns, one after the other; the first
     failure stops the module, naming the device, the tool's error and what state the NIC is in. Never passes
     C(-allow_psid_change), C(-nofs) or C(-clear_semaphore). Each burn runs under the NIC's lock (O(lock_dir)), after
-    C(flint -d PCI q) shows the flash still holds what the plan saw (else another run burned it: refused).
+    C(flint -d PCI q) shows the flash still holds what the plan saw (else another run burned it, and it is refused).
   - V(activate) runs C(mlxfwreset -d PCI reset -l LEVEL -y) where the plan chose a live reset, under the NIC's lock;
     a reboot plan is the caller's (the role reboots the host).
   - V(devices) (read-only, no tool run) is the plan without the tools - what each device needs and what taking the
@@ -171,7 +171,8 @@ RETURN = r"""
 plan:
   description: >-
     devices (per device - device, pci_address, model, psid, role, fw_running, fw_pending, verdict, row, rule,
-    expected, target, action skip|burn|activate|refuse, reason, image), tool (tool, package, version, ok, reason,
+    expected, target, action skip|burn|activate|refuse, downgrade, reason, image), downgrades (the reason of each
+    allowed downgrade, one line each), tool (tool, package, version, ok, reason,
     path, checked), reset_tool (path or null), activation (method live|reboot|none, level, per_device, reason),
     problems (one line each), to_burn and to_activate (device names).
   returned: always
@@ -343,6 +344,7 @@ def plan(module, p, commands):
             queries[d["device"]] = {"error": str(exc)}
     act = fu.activation(queries, p["live_levels"])
     return {"devices": devices, "tool": tool, "reset_tool": reset_tool, "activation": act, "problems": problems,
+            "downgrades": [d["reason"] for d in devices if d.get("downgrade")],
             "to_burn": [d["device"] for d in devices if d["action"] == "burn"],
             "to_activate": [d["device"] for d in todo]}
 
