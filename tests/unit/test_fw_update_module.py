@@ -141,6 +141,10 @@ def newer_firmware(emu, version="40.48.1010"):
 
 def test_a_downgrade_is_refused_in_the_plan_unless_allowed_then_burned_as_a_downgrade(emu, tmp_path):
     newer_firmware(emu)
+    rc, dev = run_module("nic_firmware_update", {"action": "devices", "rdma_nics": facts(emu, tmp_path), "matrix": ROWS,
+                                                 "host": "b300b", "images": images(tmp_path)}, tmp_path)
+    assert rc == 0 and dev["plan"]["to_burn"] == [], dev      # the role's devices step refuses on these problems
+    assert [p for p in dev["plan"]["problems"] if "DOWNGRADE 40.48.1010 -> 40.47.1026 of mlx5_3" in p and "refused" in p]
     rc, res = plan(emu, tmp_path, images(tmp_path))
     assert rc != 0 and "DOWNGRADE 40.48.1010 -> 40.47.1026 of mlx5_3" in res["msg"] and "refused" in res["msg"], res["msg"]
     assert res["plan"]["to_burn"] == []
