@@ -283,6 +283,7 @@ def test_after_failure_puts_back_only_a_fail_safe_burn_failure():
     assert kept["put_back"] is False and "nic_firmware_update_keep_out_on_failure=true" in kept["reason"]
     assert fu.after_failure("burn", "locked")["put_back"] is False          # the other run owns the host
     assert fu.after_failure("burn", "changed")["put_back"] is False
+    assert "what the flash holds is unknown" in fu.after_failure("burn", None)["reason"]
     for stage in ("activate", "verify", "gate", "nccl", "put_back"):
         assert fu.after_failure(stage, None)["put_back"] is False
 

@@ -480,8 +480,12 @@ def after_failure(stage, failure_kind, keep_out=False):
     NIC changed by another run (that run owns the host now), nor after a later stage (activation/verify: the NIC's
     state is not the one that served). Returns {put_back, reason}."""
     if stage != "burn" or failure_kind != "burn":
-        why = ("another run holds or changed this NIC; it owns the host's service state" if stage == "burn" else
-               "a failure at stage %s leaves the NIC in a state that did not serve before" % stage)
+        if stage != "burn":
+            why = "a failure at stage %s leaves the NIC in a state that did not serve before" % stage
+        elif failure_kind in ("locked", "changed"):
+            why = "another run holds or changed this NIC; it owns the host's service state"
+        else:
+            why = "the burn step failed without flint's own (fail-safe) burn error, so what the flash holds is unknown"
         return {"put_back": False, "reason": "stays out of service: %s" % why}
     if keep_out:
         return {"put_back": False, "reason": "kept out of service (nic_firmware_update_keep_out_on_failure=true); "
