@@ -469,8 +469,8 @@ def resume_command(host, inventory=None, root=None, maintenance=False):
     if inventory and root and os.path.isabs(inventory):
         rel = os.path.relpath(inventory, root)
         inventory = inventory if rel.startswith("..") else rel
-    return "tools/fw-update %s-l %s%s" % ("-i %s " % inventory if inventory else "", host,
-                                         " -e nic_firmware_update_maintenance=true" if maintenance else "")
+    flag = " -e nic_firmware_update_maintenance=true" if maintenance else ""
+    return "tools/fw-update %s-l %s%s" % ("-i %s " % inventory if inventory else "", host, flag)
 
 
 def after_failure(stage, failure_kind, keep_out=False):
