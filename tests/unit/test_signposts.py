@@ -35,6 +35,7 @@ EXTERNAL_CALLS = {
     "get_bin_path": "AnsibleModule.get_bin_path",
     "ibv_event_type_str": "rdma-core's libibverbs (enum_strs.c), the text of an async event in NCCL's warning",
     "what": "C++ std::exception::what(), in PyTorch's terminate message",
+    "is_available": "PyTorch's torch.cuda.is_available(), the thermal soak's loader choice",
 }
 
 
@@ -72,6 +73,14 @@ def _keys(data):
     return set(data) if isinstance(data, dict) else set()
 
 
+def _scalars(node):
+    if isinstance(node, dict):
+        return [s for v in node.values() for s in _scalars(v)]
+    if isinstance(node, list):
+        return [s for v in node for s in _scalars(v)]
+    return [node] if isinstance(node, str) and re.fullmatch(r"[a-z][a-z0-9_]*", node) else []
+
+
 def _walk(node, found):
     """Names a play or task list defines: vars: keys, set_fact keys, register: values, loop_var."""
     if isinstance(node, dict):
@@ -96,6 +105,8 @@ def known_names():
         data = yaml.safe_load(f.read_text())
         if "defaults" in parts or "vars" in parts or "group_vars" in parts or "host_vars" in parts:
             names |= _keys(data)
+        if "defaults" in parts:   # names a default's value lists (clock-event reasons, ...): the role READMEs show them
+            names |= set(_scalars(data))
         _walk(data, names)
     for f in yaml_files("playbooks/", "site.yml"):
         text = f.read_text()
@@ -183,7 +194,7 @@ def function_references(text):
     out = []
     for n, line in enumerate(text.splitlines(), 1):
         for m in re.finditer(r"`([^`\n]+)`", line):
-            call = re.match(r"^(?:[\w.]+\.)?([A-Za-z_]\w*)\(", m.group(1))
+            call = re.match(r"^(?:[\w.]+\.)?([A-Za-z_]\w*)\((?!\d\))", m.group(1))   # not a man page: flock(2)
             if call:
                 out.append((n, call.group(1), None))
         for m in re.finditer(r"`([\w./-]+\.py)`\s*\(`([A-Za-z_]\w*)(?:\([^`]*\))?`", line):
@@ -209,7 +220,7 @@ def test_every_function_a_doc_names_exists(doc):
 
 
 def test_the_function_check_can_fail():
-    refs = function_references("see `module_utils/fw_matrix.py` (`judge_gone`) and `no_such_function(x)`; "
+    refs = function_references("see `module_utils/fw_matrix.py` (`judge_gone`) and `no_such_function(x)`, `flock(2)`; "
                                "Python: `plugins/module_utils/rdma_nic.py`: `build_rdma_nics(...)`, `parse_nothing`")
     assert [(name, path) for _, name, path in refs] == [
         ("no_such_function", None), ("build_rdma_nics", None), ("judge_gone", "module_utils/fw_matrix.py"),
@@ -272,8 +283,8 @@ def test_every_tasks_from_is_an_entry_point_that_is_validated():
         if not (ROOT / "roles" / role / "tasks" / ("%s.yml" % tasks_from)).exists():
             bad.append("%s: roles/%s/tasks/%s.yml does not exist" % (where, role, tasks_from))
         elif tasks_from not in entry_points(role) and (role, tasks_from) not in UNVALIDATED:
-            bad.append("%s: %s tasks_from %s is not an entry point of its argument_specs (add it to the "
-                       "'# entry points:' line of roles/%s/defaults/main.yml)" % (where, role, tasks_from, role))
+            bad.append("%s: %s tasks_from %s is not an entry point of its argument_specs (add a '# entry point "
+                       "%s: what it does' line to roles/%s/defaults/main.yml)" % (where, role, tasks_from, tasks_from, role))
     assert seen > 10 and not bad, "\n".join(bad)
 
 
