@@ -29,7 +29,7 @@ def _words(text):
 
 def _is_header(line):
     body = line.lstrip("#").strip()
-    return body.startswith("---") or body.startswith("entry points:") or bool(re.match(r"^-+ .* -+$", body))
+    return body.startswith("---") or bool(re.match(r"^entry points?\b", body)) or bool(re.match(r"^-+ .* -+$", body))
 
 
 def source_comment(lines, index, declares):
@@ -100,7 +100,8 @@ def test_every_comment_line_next_to_a_variable_is_in_a_description(role):
 def _generate(tmp_path, defaults):
     role = tmp_path / "demo"
     (role / "defaults").mkdir(parents=True)
-    (role / "defaults" / "main.yml").write_text(defaults)
+    head = "---\n# entry point main: Run the demo and wait for it.\n# The demo role: a demo.\n\n"
+    (role / "defaults" / "main.yml").write_text(head + defaults.removeprefix("---\n"))
     return argspecs.generate(role)["options"]
 
 

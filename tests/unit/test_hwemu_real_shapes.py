@@ -13,9 +13,9 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "sandbox" / "hwemu"))
-import fwimage  # noqa: E402
-import fwtools  # noqa: E402
-import model  # noqa: E402
+import fwimage  # noqa: E402 - sandbox/hwemu is no package: importable only once its directory is on sys.path
+import fwtools  # noqa: E402 - as above
+import model  # noqa: E402 - as above
 
 REAL = ROOT / "tests" / "fixtures" / "real-world" / "nic-fw-update"
 

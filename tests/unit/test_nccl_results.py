@@ -1,6 +1,6 @@
 """Tests for module_utils/nccl_results.py, plugins/modules/nccl_tests_result.py and the nccl_validation role's data.
 
-REAL captures (../shared/fixtures/real, via the real_fixtures fixture): 1xH200 and 2xH200 all_reduce_perf from
+REAL captures (sandbox/hwemu/real, via the real_fixtures fixture): 1xH200 and 2xH200 all_reduce_perf from
 nccl-tests 2.19.6 / NCCL 2.28.9, text, JSON and NCCL_DEBUG=INFO runs. SYNTHESIZED outputs: tests/fixtures/nccl/
 (see its README.md).
 """

@@ -10,7 +10,11 @@ against the code.
   (in that file when one is given);
 - every role entry point is a task file and is validated: each `tasks_from:` of the playbooks, roles and molecule
   names an entry point listed in that role's argument_specs, and each listed entry point has its task file;
-- no role default is dead: each is read outside its defaults file and argument spec.
+- no role default is dead: each is read outside its defaults file and argument spec; no default reads a variable
+  nothing defines (roles/thermal_soak once read `nccl_tests_bin_dir`);
+- docs/CONTRACTS.md lists the steps of site.yml in order, every setting of the home (roles/b300_defaults) and every
+  on-call tool; the README says what `make lint` runs and does not claim "no waivers" while waivers exist;
+- no text sends the reader to ../shared for what the repository holds (the real captures, the option catalogs).
 Paths are tests/unit/test_repo_paths.py's (every path named exists), the README's table test_readme_where.py's, the
 modules and the CHANGELOG test_module_docs.py's.
 """
@@ -35,6 +39,7 @@ EXTERNAL_CALLS = {
     "get_bin_path": "AnsibleModule.get_bin_path",
     "ibv_event_type_str": "rdma-core's libibverbs (enum_strs.c), the text of an async event in NCCL's warning",
     "what": "C++ std::exception::what(), in PyTorch's terminate message",
+    "is_available": "PyTorch's torch.cuda.is_available(), the thermal soak's loader choice",
 }
 
 
@@ -72,6 +77,14 @@ def _keys(data):
     return set(data) if isinstance(data, dict) else set()
 
 
+def _scalars(node):
+    if isinstance(node, dict):
+        return [s for v in node.values() for s in _scalars(v)]
+    if isinstance(node, list):
+        return [s for v in node for s in _scalars(v)]
+    return [node] if isinstance(node, str) and re.fullmatch(r"[a-z][a-z0-9_]*", node) else []
+
+
 def _walk(node, found):
     """Names a play or task list defines: vars: keys, set_fact keys, register: values, loop_var."""
     if isinstance(node, dict):
@@ -96,6 +109,8 @@ def known_names():
         data = yaml.safe_load(f.read_text())
         if "defaults" in parts or "vars" in parts or "group_vars" in parts or "host_vars" in parts:
             names |= _keys(data)
+        if "defaults" in parts:   # names a default's value lists (clock-event reasons, ...): the role READMEs show them
+            names |= set(_scalars(data))
         _walk(data, names)
     for f in yaml_files("playbooks/", "site.yml"):
         text = f.read_text()
@@ -183,7 +198,7 @@ def function_references(text):
     out = []
     for n, line in enumerate(text.splitlines(), 1):
         for m in re.finditer(r"`([^`\n]+)`", line):
-            call = re.match(r"^(?:[\w.]+\.)?([A-Za-z_]\w*)\(", m.group(1))
+            call = re.match(r"^(?:[\w.]+\.)?([A-Za-z_]\w*)\((?!\d\))", m.group(1))   # not a man page: flock(2)
             if call:
                 out.append((n, call.group(1), None))
         for m in re.finditer(r"`([\w./-]+\.py)`\s*\(`([A-Za-z_]\w*)(?:\([^`]*\))?`", line):
@@ -209,7 +224,7 @@ def test_every_function_a_doc_names_exists(doc):
 
 
 def test_the_function_check_can_fail():
-    refs = function_references("see `module_utils/fw_matrix.py` (`judge_gone`) and `no_such_function(x)`; "
+    refs = function_references("see `module_utils/fw_matrix.py` (`judge_gone`) and `no_such_function(x)`, `flock(2)`; "
                                "Python: `plugins/module_utils/rdma_nic.py`: `build_rdma_nics(...)`, `parse_nothing`")
     assert [(name, path) for _, name, path in refs] == [
         ("no_such_function", None), ("build_rdma_nics", None), ("judge_gone", "module_utils/fw_matrix.py"),
@@ -272,8 +287,8 @@ def test_every_tasks_from_is_an_entry_point_that_is_validated():
         if not (ROOT / "roles" / role / "tasks" / ("%s.yml" % tasks_from)).exists():
             bad.append("%s: roles/%s/tasks/%s.yml does not exist" % (where, role, tasks_from))
         elif tasks_from not in entry_points(role) and (role, tasks_from) not in UNVALIDATED:
-            bad.append("%s: %s tasks_from %s is not an entry point of its argument_specs (add it to the "
-                       "'# entry points:' line of roles/%s/defaults/main.yml)" % (where, role, tasks_from, role))
+            bad.append("%s: %s tasks_from %s is not an entry point of its argument_specs (add a '# entry point "
+                       "%s: what it does' line to roles/%s/defaults/main.yml)" % (where, role, tasks_from, tasks_from, role))
     assert seen > 10 and not bad, "\n".join(bad)
 
 
@@ -355,3 +370,140 @@ def test_the_readme_layout_names_every_role_and_no_other():
     roles_part = layout.split("`roles/` (", 1)[1].split(") ·", 1)[0]
     named = set(re.findall(r"`([a-z0-9_]+)`", roles_part))
     assert named == set(ROLES), {"not in the README": sorted(set(ROLES) - named), "gone": sorted(named - set(ROLES))}
+
+
+# --- a default reads only what something defines -------------------------------------------------------------------
+# Ansible's own names (special variables, facts, lookups) a default may read
+ANSIBLE_NAMES = {"playbook_dir", "inventory_dir", "inventory_hostname", "inventory_hostname_short", "groups",
+                 "group_names", "hostvars", "ansible_facts", "ansible_play_hosts", "ansible_play_hosts_all",
+                 "ansible_play_batch", "ansible_check_mode", "ansible_run_tags", "ansible_skip_tags", "ansible_host",
+                 "ansible_user", "ansible_hostname", "ansible_date_time", "play_hosts", "role_path", "omit", "lookup",
+                 "query", "q", "now", "range", "dict", "lipsum", "undef", "item"}
+
+
+def jinja_reads(value):
+    """The variables a templated value reads (top-level names; loop variables of the template excluded)."""
+    import jinja2
+    import jinja2.meta
+    class Any(dict):   # Ansible's filters and tests: any name is one
+        def __contains__(self, key):
+            return True
+
+        def get(self, key, default=None):
+            return super().get(key) or (lambda *a, **k: None)
+    env = jinja2.Environment()
+    env.filters, env.tests = Any(env.filters), Any(env.tests)
+    out = set()
+    for s in _strings(value):
+        if "{{" in s or "{%" in s:
+            out |= jinja2.meta.find_undeclared_variables(env.parse(s))
+    return out
+
+
+def _strings(node):
+    if isinstance(node, dict):
+        return [s for k, v in node.items() for s in _strings(k) + _strings(v)]
+    if isinstance(node, list):
+        return [s for v in node for s in _strings(v)]
+    return [node] if isinstance(node, str) else []
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_every_variable_a_default_reads_is_defined(role):
+    """A default that reads a name nothing defines is always its fallback, silently: roles/thermal_soak once read
+    `nccl_tests_bin_dir` (the home's name is nccl_validation_tests_bin_dir), so a preinstalled all_reduce_perf set
+    for the NCCL role was never the soak's loader."""
+    data = yaml.safe_load((ROOT / "roles" / role / "defaults" / "main.yml").read_text()) or {}
+    bad = ["%s: %s" % (name, sorted(jinja_reads(value) - KNOWN - ANSIBLE_NAMES)) for name, value in data.items()
+           if jinja_reads(value) - KNOWN - ANSIBLE_NAMES]
+    assert not bad, "roles/%s/defaults/main.yml reads variables nothing defines:\n%s" % (role, "\n".join(bad))
+
+
+def test_the_default_read_check_can_fail():
+    assert jinja_reads("{{ ([nccl_tests_bin_dir] if x | default('', true) else []) + ['/opt'] }}") == {
+        "nccl_tests_bin_dir", "x"}
+    assert jinja_reads(["{% for h in groups['gpu_nodes'] %}{{ h }}{% endfor %}", 3]) == {"groups"}
+    assert "nccl_tests_bin_dir" not in KNOWN and "nccl_validation_tests_bin_dir" in KNOWN
+
+
+# --- ../shared: what the repository holds is named where the repository holds it -----------------------------------
+# things of the project's shared folder (absent from a fresh clone) the repository holds a copy of
+SHARED_COPIES = {"../shared/fixtures/real": "sandbox/hwemu/real",
+                 "../shared/reference/sglang/server-options": "roles/sglang/files/options/" + "server-options"}
+RECORDED = ("docs/evidence/", "docs/rerun-raw/")
+
+
+def shared_without_copy(text, where):
+    """(line, shared path) where a text sends the reader to ../shared for what the repository holds, without naming
+    the copy on that line or the next or previous one (files beside the copy may call it by its short name)."""
+    lines, out = text.splitlines(), []
+    for i, line in enumerate(lines):
+        for shared, copy in SHARED_COPIES.items():
+            window = "\n".join(lines[max(0, i - 1):i + 2])
+            if shared in line and copy not in window and not where.startswith(copy.rsplit("/", 1)[0] + "/") \
+                    and not where.startswith(copy.rsplit("/", 2)[0] + "/"):
+                out.append((i + 1, shared))
+    return out
+
+
+def test_no_text_sends_to_shared_for_what_the_repository_holds():
+    bad = []
+    for f in FILES:
+        if f.startswith(RECORDED) or f == "tests/unit/test_signposts.py":
+            continue
+        try:
+            text = (ROOT / f).read_text()
+        except UnicodeDecodeError:
+            continue
+        bad += ["%s:%d: %s (the repository holds it: %s)" % (f, n, s, SHARED_COPIES[s])
+                for n, s in shared_without_copy(text, f)]
+    assert not bad, "name the repository's copy (a fresh clone has no ../shared):\n" + "\n".join(bad)
+    for copy in SHARED_COPIES.values():
+        assert glob_one(copy), copy
+
+
+def glob_one(prefix):
+    return list((ROOT / prefix).parent.glob((ROOT / prefix).name + "*"))
+
+
+def test_the_shared_check_can_fail():
+    assert shared_without_copy("REAL captures (../shared/fixtures/real/x/q.xml)\n", "tests/unit/test_thermal.py") == [
+        (1, "../shared/fixtures/real")]
+    assert shared_without_copy("copied from ../shared/fixtures/real\ninto sandbox/hwemu/real\n", "tests/unit/test_thermal.py") == []
+    assert shared_without_copy("(`real/`, copied from `../shared/fixtures/real/`)", "sandbox/hwemu/README.md") == []
+
+
+# --- docs/CONTRACTS.md and the README's claims about the code --------------------------------------------------------
+CONTRACTS = (ROOT / "docs" / "CONTRACTS.md").read_text()
+
+
+def test_contracts_lists_the_steps_of_site_yml_in_order():
+    row = next(line for line in CONTRACTS.splitlines() if line.startswith("| `ansible.cfg`, `site.yml` |"))
+    named = re.findall(r"`(playbooks/[\w]+\.yml)`", row)
+    steps = [p["ansible.builtin.import_playbook"] for p in yaml.safe_load((ROOT / "site.yml").read_text())]
+    assert named == steps, "docs/CONTRACTS.md's site.yml row: %s, site.yml: %s" % (named, steps)
+
+
+def test_contracts_names_every_setting_of_the_home_and_no_other():
+    listed = CONTRACTS.split("In the home today:", 1)[1].split("(their names", 1)[0]
+    named = set(re.findall(r"`([a-z][a-z0-9_]+)`", listed))
+    home = set(yaml.safe_load((ROOT / "roles" / "b300_defaults" / "defaults" / "main.yml").read_text()))
+    assert named == home, {"not in docs/CONTRACTS.md": sorted(home - named), "not in the home": sorted(named - home)}
+
+
+def test_contracts_names_every_on_call_tool():
+    row = next(line for line in CONTRACTS.splitlines() if line.startswith("| `tools/` |"))
+    named = set(re.findall(r"`(tools/[\w-]+)`", row.split("on-call commands", 1)[1].split(")", 1)[0]))
+    tools = {f for f in FILES if re.match(r"^tools/[\w-]+$", f) and "runner_cli.Tool(" in (ROOT / f).read_text()}
+    assert tools and named == tools, (sorted(named), sorted(tools))
+
+
+def test_the_readme_says_what_make_lint_runs_and_waives():
+    make = (ROOT / "Makefile").read_text().split("\nlint:", 1)[1].split("\n\n", 1)[0]
+    runs = [line.split()[0] for line in make.splitlines()[1:] if line.startswith("\t")]
+    claim = next(line for line in (ROOT / "README.md").read_text().split("\n- ") if line.startswith("`make lint`:"))
+    assert runs and all(tool in claim for tool in runs), (runs, claim)
+    waivers = [f for f in FILES if f.endswith((".py", ".yml")) and not f.startswith("tests/fixtures/")
+               and f != "tests/unit/test_lint_waivers.py" and re.search(r"#\s*noqa\b", (ROOT / f).read_text())]
+    assert "no waiver" not in claim or not waivers, "the README says no waivers; these files hold some: %s" % waivers
+    assert "test_lint_waivers.py" in claim

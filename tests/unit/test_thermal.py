@@ -1,6 +1,6 @@
 """Tests for module_utils/thermal.py, the soak runner and tools/plot_thermal.py.
 
-The REAL input is the H200 `--query-gpu` capture (../shared/fixtures/real/*/query.csv, driver 580.159.04).
+The REAL input is the H200 `--query-gpu` capture (sandbox/hwemu/real/*/query.csv, driver 580.159.04).
 Every other series here is SYNTHESIZED by `synth_csv()` below (no B300 soak capture exists yet): it writes the same
 `--format=csv,noheader,nounits` rows nvidia-smi prints for the role's query fields.
 """
@@ -344,3 +344,17 @@ def test_plot_writes_png(tmp_path):
     keep = os.environ.get("THERMAL_PLOT_KEEP")
     if keep:
         pathlib.Path(keep).write_bytes(out.read_bytes())
+
+
+def test_soak_searches_the_preinstalled_nccl_tests_dir_of_the_home(repo_root):
+    """thermal_soak_nccl_bin_dirs reads the home's nccl_validation_tests_bin_dir (it once read nccl_tests_bin_dir,
+    which nothing defines, so a preinstalled all_reduce_perf never became the soak's loader)."""
+    import jinja2.nativetypes
+    import yaml
+    soak = yaml.safe_load((repo_root / "roles" / "thermal_soak" / "defaults" / "main.yml").read_text())
+    home = yaml.safe_load((repo_root / "roles" / "b300_defaults" / "defaults" / "main.yml").read_text())
+    expr = jinja2.nativetypes.NativeEnvironment(undefined=jinja2.StrictUndefined).from_string(
+        soak["thermal_soak_nccl_bin_dirs"])
+    assert expr.render(home) == ["/opt/nccl-tests/*/build"]
+    assert expr.render(dict(home, nccl_validation_tests_bin_dir="/opt/site/nccl")) == [
+        "/opt/site/nccl", "/opt/nccl-tests/*/build"]

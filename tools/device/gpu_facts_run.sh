@@ -3,8 +3,8 @@
 #
 #   run(command="bash tools/device/gpu_facts_run.sh", carry=[".whl"])
 #
-# needs: .whl/ with ansible-core 2.19.14 + resolvelib<2 + cryptography + cffi + pycparser wheels for CPython 3.12
-# (see ../shared/reference/playbooks-on-an-offline-gpu-machine.md). Writes to $OUT (see tools/device/gpu_facts.yml);
+# needs: .whl/ with ansible-core + resolvelib<2 + cryptography + cffi + pycparser wheels for CPython 3.12
+# (bash tools/device/wheels.sh on the controller; tools/device/README.md). Writes to $OUT (see tools/device/gpu_facts.yml);
 # copy $OUT to docs/evidence/<machine>/gpu_facts/ (same layout, e.g. docs/evidence/h200x2/gpu_facts/) so
 # tests/unit/test_gpu_facts_evidence.py can check that parsing raw/ gives exactly gpu_topology_facts.json.
 set -euo pipefail

@@ -21,7 +21,7 @@ cd "$ROOT" || exit 2
 export NCCL_NVLS_ENABLE=0
 PY=$(command -v python3)
 { echo "python3: $PY"; nvidia-smi --query-gpu=index,name,driver_version,temperature.gpu,clocks.current.sm,power.limit --format=csv
-  ls /sys/class/infiniband 2>&1 | sed 's/^/infiniband: /'; } 2>&1 | tee "$OUT/env.txt"
+  find /sys/class/infiniband -mindepth 1 -maxdepth 1 -printf '%f\n' 2>&1 | sed 's/^/infiniband: /'; } 2>&1 | tee "$OUT/env.txt"
 
 timeout 30 nvidia-smi dmon -s pucv -c 5 > "$OUT/dmon_pucv_c5.txt" 2>&1; echo "dmon -c 5 rc=$?"
 timeout 30 nvidia-smi dmon -s pucv -d "$IV" -c 1 > "$OUT/dmon_pucv_c1.txt" 2>&1; echo "dmon -c 1 rc=$?"

@@ -8,13 +8,13 @@
 #   (d) runs the same all_reduce_perf BY HAND right after, identical arguments and environment,
 #   (e) writes to $OUT: summary.json (both figures + ratio), role-verdict.json, byhand.txt, byhand.json,
 #       ansible.log and everything else in all.tar.gz (at most 8 files come back from $OUT).
-# Budget: ~10 s wheels, ~40-60 s build, ~20 s of runs, well under 8 minutes.
+# Budget: ~10 s wheels, ~40-60 s build, ~20 s of runs, well under the 10-minute command limit.
 # Environment overrides (only for a dry run off the GPU machine; the device call sets none of them):
 #   NCCL_RUN_SKIP_WHEELS=1 (use the ansible already on PATH), NCCL_HOME_SRC=<dir with include/ and lib/libnccl.so.2>,
 #   NCCL_INSTALL_ROOT (default /opt/nccl-tests), CUDA_HOME (default /usr/local/cuda), NCCL_TESTS_ARCHIVE.
 set -uo pipefail
 set -x
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 2
 REPO=$PWD
 : "${OUT:?set OUT (the device tool sets it)}"
 mkdir -p "$OUT"
@@ -27,8 +27,8 @@ T0=$(date +%s)
 die() { echo "nccl_run.sh: ERROR: $*" >&2; echo "{\"error\": \"$*\"}" > "$OUT/summary.json"; exit 1; }
 
 ARCHIVE=${NCCL_TESTS_ARCHIVE:-$REPO/.src/nccl-tests-2.19.6.tar.gz}
-[ -f "$ARCHIVE" ] || die "nccl-tests source archive $ARCHIVE missing: carry .src (see README-nccl.md)"
-[ -n "${NCCL_RUN_SKIP_WHEELS:-}" ] || ls .whl/*.whl >/dev/null 2>&1 || die "no wheels in .whl/: carry .whl with ansible-core 2.19.14 and its deps"
+[ -f "$ARCHIVE" ] || die "nccl-tests source archive $ARCHIVE missing: make it with tools/device/nccl_tests_archive.sh and carry .src (tools/device/README.md)"
+[ -n "${NCCL_RUN_SKIP_WHEELS:-}" ] || ls .whl/*.whl >/dev/null 2>&1 || die "no wheels in .whl/: make them with tools/device/wheels.sh and carry .whl"
 command -v nvidia-smi >/dev/null || die "nvidia-smi not found: not a GPU machine?"
 nvidia-smi -L | tee "$WORK/nvidia-smi-L.txt"
 NGPU=${NCCL_RUN_GPUS:-$(nvidia-smi -L | grep -c '^GPU ')}   # NCCL_RUN_GPUS=1: the -g 1 run on a multi-GPU machine
@@ -87,7 +87,7 @@ ansible-playbook -i localhost, -c local tools/device/nccl_local.yml \
   -e nccl_validation_build_jobs="$(nproc)" -e nccl_validation_gpu_count="$NGPU" 2>&1 | tee "$OUT/ansible.log"
 ROLE_RC=${PIPESTATUS[0]}
 T2=$(date +%s)
-VERDICT=$(ls -1 "$WORK"/artifacts/localhost/2*.json 2>/dev/null | head -1)
+VERDICT=$(find "$WORK/artifacts/localhost" -maxdepth 1 -name "2*.json" 2>/dev/null | sort | sed -n 1p)
 [ -n "$VERDICT" ] && cp "$VERDICT" "$OUT/role-verdict.json"
 
 # (d) the same run by hand: same binary, arguments and environment -------------------------------------------------

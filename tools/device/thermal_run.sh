@@ -2,7 +2,7 @@
 # Thermal soak on the lent GPU machine: playbooks/thermal_soak.yml against localhost (-c local) with the torch
 # bf16 burner, then samples.csv, summary.json, plot.png (+ status.json, the playbook log, the loader logs) to $OUT.
 #   usage: tools/device/thermal_run.sh [DURATION_S (default 180)] [SAMPLE_MS (default 2000)] [SAMPLER (query|dmon)]
-# Needs the ansible-core wheels carried in .whl/ (see tools/device/README-thermal.md). Exit code = the playbook's
+# Needs the ansible-core wheels carried in .whl/ (tools/device/wheels.sh, tools/device/README.md). Exit code = the playbook's
 # (non-zero when the verdict is not ok); the files are copied either way.
 set -uo pipefail
 DUR=${1:-180}
@@ -17,7 +17,7 @@ mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0            # NVLink multicast stays off on these machines
 cd "$ROOT" || exit 2
 
-ls .whl/*.whl >/dev/null 2>&1 || { echo "no wheels in .whl/: carry them (README-thermal.md)"; exit 2; }
+ls .whl/*.whl >/dev/null 2>&1 || { echo "no wheels in .whl/: make them on the controller with tools/device/wheels.sh and carry them (tools/device/README.md)"; exit 2; }
 python3 -m pip install -q --no-index --no-deps --target "$SITE" .whl/*.whl || exit 2
 export PYTHONPATH=$SITE PATH=$SITE/bin:$PATH ANSIBLE_CONFIG=$ROOT/ansible.cfg ANSIBLE_FORCE_COLOR=0
 PY=$(command -v python3)
@@ -36,7 +36,7 @@ for f in samples.csv summary.json plot.png status.json; do
   cp "$ART/localhost/$f" "$OUT/$f" 2>/dev/null || echo "missing: $ART/localhost/$f"
 done
 cat "$WORK"/run/load-*.log > "$OUT/load.log" 2>/dev/null || true
-ps -eo pid,args | grep -E 'torch_burn|nvidia-smi .*-lms|thermal_soak_runner' | grep -v grep && echo "LEFTOVER PROCESSES" || echo "no leftover processes"
+if pgrep -af 'torch_burn|nvidia-smi .*-lms|thermal_soak_runner'; then echo "LEFTOVER PROCESSES"; else echo "no leftover processes"; fi
 python3 - "$OUT/summary.json" <<'PY' || true
 import json, sys
 s = json.load(open(sys.argv[1]))

@@ -7,7 +7,7 @@
 # 3. the same collector's result with a changed-files check (nothing under /etc, /opt, /var/lib changes).
 # No RDMA NIC on the lent VMs: the NIC rows say "no RDMA device"; the GPU rows (PCIe link vs capability, AER,
 # replay counter, Xid scan, clock-event counters, persistence, recovery action, fabric) are the real part.
-# Needs the ansible-core wheels carried in .whl/ (tools/device/README-thermal.md). Exit code: the playbook's.
+# Needs the ansible-core wheels carried in .whl/ (tools/device/wheels.sh, tools/device/README.md). Exit code: the playbook's.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${OUT:-$ROOT/.device-out}
@@ -16,7 +16,7 @@ ART=/tmp/triage-artifacts
 mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0
 cd "$ROOT" || exit 2
-ls .whl/*.whl >/dev/null 2>&1 || { echo "no wheels in .whl/: carry them (README-thermal.md)"; exit 2; }
+ls .whl/*.whl >/dev/null 2>&1 || { echo "no wheels in .whl/: make them on the controller with tools/device/wheels.sh and carry them (tools/device/README.md)"; exit 2; }
 python3 -m pip install -q --no-index --no-deps --target "$SITE" .whl/*.whl || exit 2
 export PYTHONPATH=$SITE PATH=$SITE/bin:$PATH ANSIBLE_CONFIG=$ROOT/ansible.cfg ANSIBLE_FORCE_COLOR=0
 PY=$(command -v python3)
@@ -26,7 +26,7 @@ nvidia-smi -q -x > "$R/nvidia-smi-q.xml" 2>&1
 for f in $(lspci -D -d 10de: 2>/dev/null | awk '{print $1}'); do
   echo "== $f"; lspci -vvv -s "$f" 2>&1
   for a in current_link_speed current_link_width max_link_speed max_link_width aer_dev_correctable aer_dev_nonfatal aer_dev_fatal; do
-    [ -r /sys/bus/pci/devices/$f/$a ] && printf '%s: %s\n' "$a" "$(tr '\n' ' ' < /sys/bus/pci/devices/$f/$a)"
+    [ -r "/sys/bus/pci/devices/$f/$a" ] && printf '%s: %s\n' "$a" "$(tr '\n' ' ' < "/sys/bus/pci/devices/$f/$a")"
   done
 done > "$R/gpu-pcie.txt" 2>&1
 { journalctl -k --no-pager -o short-iso --since "-2h" 2>&1 || dmesg 2>&1; } | tail -2000 > "$R/kernel-log.txt"

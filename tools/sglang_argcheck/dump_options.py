@@ -3,7 +3,8 @@
 
     python tools/sglang_argcheck/dump_options.py --sglang-version 0.5.18 [-o FILE]
 
-Structure (same as ../shared/reference/sglang/server-options-<ver>.json): one key per option string, sorted,
+Structure (same as roles/sglang/files/options/server-options-<ver>.json, copies of
+../shared/reference/sglang/): one key per option string, sorted,
 {"action": <argparse action class name>, "choices": list|null, "dest": str, "nargs": ...,
  "type": <name of the type callable>|null}, indent 1. With --sglang-version it runs itself in the CPU venv of that
 version (tools/sglang_argcheck/build_venv.sh).
