@@ -15,12 +15,13 @@ model_weights_parallel_files P (--parallel-files, in this run, in this order):
   L(P)   min(W(P), N(P), H(P))
   stage  playbooks/weights.yml as production runs it (connection local against a temp inventory: one host that is
          its own controller, the sandbox's group_vars, the kimi_k3 profile's two directories), path source on the
-         controller served by the stage's controller server on this machine's address (the module's own serve mode), target
-         DIR/models emptied before, source read through before: the stage module's own elapsed time; rate = model
-         bytes / that time; ratio = rate / L(P)
+         controller served by the stage's controller server on this machine's address (the module's own serve
+         mode), target DIR/models emptied before, source read through before: the stage module's own elapsed time;
+         rate = model bytes / that time; ratio = rate / L(P)
   cpu    the machine's busy cores (/proc/stat, 0.5 s samples) through the playbook, and the CPU seconds per GB each
          limit figure cost on its own (W, N with the server, H): their sum is what one staged byte costs at least,
-         so cores / that sum is the ceiling the cores allow (an estimate: the stage's pipe copy is not in it)
+         so cores / that sum is the ceiling the cores allow when free (an estimate: the stage's pipe copy is not in
+         it); and min(W, 1/(1/N + 1/H)): N and H both need CPU, on shared cores one byte costs the time of both
 
 The model: DIR/src (the sandbox mode's shape: safetensors shards of 1-2 GiB, index, config, tokenizer, --gib in all,
 + the 64 MiB draft), generated once per size with all cores. The run needs about 2 x --gib + --w-gib free on DIR's
@@ -239,6 +240,9 @@ def run_local(a):
         cpb = {"W": w["behind"]["cpu_s"] / w["behind"]["bytes"], "N": (n["cpu_s"] + n["server_cpu_s"]) / n["bytes"],
                "H": h["cpu_s"] / h["bytes"]}
         cpu_ceiling = cores_usable / sum(cpb.values())
+        # N and H are both CPU (curl + the server, sha256): on cores they share with each other (and with anything
+        # else running) one byte takes 1/N + 1/H of the time they had alone; the disk overlaps (an estimate)
+        shared = min(w_best, 1 / (1 / n["rate_Bps"] + 1 / h["rate_Bps"]))
         # the stage
         shutil.rmtree(target, ignore_errors=True)
         warm(src, shards)
@@ -251,7 +255,9 @@ def run_local(a):
                "L": {"rate_Bps": lim, "bound_by": bound, "method": "min(max(W_end, W_behind), N, H), P streams each"},
                "cpu_s_per_GB": {k: round(v * 1e9, 3) for k, v in cpb.items()},
                "cpu_ceiling_Bps": cpu_ceiling, "ceiling_Bps": min(lim, cpu_ceiling),
+               "shared_cores_bound_Bps": shared,
                "stage": st, "stage_rate_Bps": rate, "ratio": rate / lim, "ratio_vs_ceiling": rate / min(lim, cpu_ceiling),
+               "ratio_vs_shared_bound": rate / shared,
                "stage_wall_s": run["wall_s"], "busy_cores": run["busy_cores"], "load_before_stage": load,
                # the whole machine's CPU through the playbook (Ansible and anything else running included) per GB:
                # an upper bound of what the stage itself spent
@@ -265,11 +271,11 @@ def run_local(a):
             p, w["end"]["rate_Bps"] / 1e6, w["behind"]["rate_Bps"] / 1e6, n["rate_Bps"] / 1e6, h["rate_Bps"] / 1e6,
             lim / 1e6, bound, st["elapsed_s"], rate / 1e6, rate / lim, st.get("fsync_s") or 0, bc.get("mean"),
             bc.get("max")), flush=True)
-        print("    cpu s/GB W %.2f N %.2f H %.2f -> %d cores allow %.0f MB/s (ceiling min(L, that) %.0f MB/s, "
-              "stage %.2f of it); writeback %s" % (
+        print("    cpu s/GB W %.2f N %.2f H %.2f -> %d free cores allow %.0f MB/s (min(L, that) %.0f MB/s, stage %.2f "
+              "of it); N and H on shared cores: min(W, 1/(1/N+1/H)) %.0f MB/s, stage %.2f of it; writeback %s" % (
                   cpb["W"] * 1e9, cpb["N"] * 1e9, cpb["H"] * 1e9, cores_usable, cpu_ceiling / 1e6,
-                  min(lim, cpu_ceiling) / 1e6, rate / min(lim, cpu_ceiling), ",".join(st.get("writeback") or [])),
-              flush=True)
+                  min(lim, cpu_ceiling) / 1e6, rate / min(lim, cpu_ceiling), shared / 1e6, rate / shared,
+                  ",".join(st.get("writeback") or [])), flush=True)
     shutil.rmtree(target, ignore_errors=True)
     best = max(res["runs"], key=lambda r: r["stage_rate_Bps"])
     res["best"] = {"parallel_files": best["parallel_files"], "stage_rate_Bps": best["stage_rate_Bps"],
