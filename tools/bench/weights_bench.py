@@ -63,13 +63,14 @@ ENV = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), PATH="%s:%s" % 
            ANSIBLE_STDOUT_CALLBACK="ansible.posix.json", CONTAINERS_CONF=str(ROOT / "sandbox/containers.conf"))
 
 
-def shard_sizes(total_gib):
-    """1-2 GiB shards adding up to total_gib (e.g. 8 -> 2, 2, 1.5, 1.5, 1)."""
-    pattern = [2.0, 2.0, 1.5, 1.5, 1.0]
+def shard_sizes(total_gib, shard_gib=None):
+    """1-2 GiB shards adding up to total_gib (e.g. 8 -> 2, 2, 1.5, 1.5, 1); shard_gib: shards of that size instead
+    (a small model with several shards, so that several files can be staged at once)."""
+    pattern = [shard_gib] if shard_gib else [2.0, 2.0, 1.5, 1.5, 1.0]
     out, left = [], float(total_gib)
     while left > 0:
         s = min(pattern[len(out) % len(pattern)], left)
-        if s < 1.0 and out:
+        if s < min(1.0, pattern[0]) and out:
             out[-1] += s
         else:
             out.append(s)
@@ -92,16 +93,16 @@ def write_safetensors(path, size, name):
     return data_len
 
 
-def generate(gib, cache=CACHE, workers=1):
+def generate(gib, cache=CACHE, workers=1, shard_gib=None):
     """The model (--gib of BIG + the small DRAFT) and its manifests under cache/src and cache/manifests, once per size;
     workers files written and hashed at once."""
     src, man = cache / "src", cache / "manifests"
-    stamp = cache / ("model-%s.done" % gib)
+    stamp = cache / ("model-%s%s.done" % (gib, "-%s" % shard_gib if shard_gib else ""))
     if stamp.exists():
         return
     shutil.rmtree(src, ignore_errors=True)
     jobs = []
-    for rel, sizes in ((BIG, shard_sizes(gib)), (DRAFT, [64 << 20])):
+    for rel, sizes in ((BIG, shard_sizes(gib, shard_gib)), (DRAFT, [64 << 20])):
         d = src / rel
         d.mkdir(parents=True)
         weight_map, total = {}, 0
@@ -354,6 +355,8 @@ def main():
     ap.add_argument("--dir", help="--local: the work directory (model, target, logs; default "
                                   ".cache/weights-bench-local), on the file system the stage is measured on")
     ap.add_argument("--w-gib", type=float, default=8, help="--local: GiB written by each W measurement")
+    ap.add_argument("--shard-gib", type=float, help="--local: shards of this size (default: 2, 2, 1.5, 1.5, 1 GiB "
+                                                    "repeated); a small model needs small shards for P files at once")
     a = ap.parse_args()
     if a.local:
         import weights_bench_local   # beside this file (sys.path[0])

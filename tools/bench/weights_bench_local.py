@@ -1,4 +1,4 @@
-"""tools/bench/weights_bench.py --local [--gib 16] [--parallel-files 2,4,8] [--dir DIR] [--w-gib 8] [--out FILE]
+"""tools/bench/weights_bench.py --local [--gib 16] [--parallel-files 2,4,8] [--dir DIR] [--w-gib 8] [--shard-gib X]
                                                                      (a benchmark, not a test; issue 40 part 2)
 
 The weights stage on ONE machine: source, stage and limits on the same host, no containers, no SSH, so it runs on
@@ -24,7 +24,9 @@ model_weights_parallel_files P (--parallel-files, in this run, in this order):
          it); and min(W, 1/(1/N + 1/H)): N and H both need CPU, on shared cores one byte costs the time of both
 
 The model: DIR/src (the sandbox mode's shape: safetensors shards of 1-2 GiB, index, config, tokenizer, --gib in all,
-+ the 64 MiB draft), generated once per size with all cores. The run needs about 2 x --gib + --w-gib free on DIR's
++ the 64 MiB draft; --shard-gib: shards of that size, for a small model that still has P shards; the stage stages
+the model directories one after the other, so P streams need P shards in the big one), generated once per size with
+all cores. The run needs about 2 x --gib + --w-gib free on DIR's
 file system and root (the stage chowns; ansible_become is off when already root). Writes the result after every P
 (a run cut short keeps what it measured): artifacts/bench/weights-local-<UTC>.json or --out.
 """
@@ -182,7 +184,7 @@ def run_local(a):
                          "fix: a smaller --gib or another --dir" % (work, shutil.disk_usage(work).free / wb.GIB,
                                                                      need / wb.GIB, a.gib, a.w_gib))
     t_gen = time.time()
-    wb.generate(a.gib, cache=work, workers=cores_usable)
+    wb.generate(a.gib, cache=work, workers=cores_usable, shard_gib=a.shard_gib)
     t_gen = time.time() - t_gen
     files = mw.parse_manifest((man / (wb.BIG + ".json")).read_text(), "big")
     draft = mw.parse_manifest((man / (wb.DRAFT + ".json")).read_text(), "draft")
@@ -251,7 +253,7 @@ def run_local(a):
         run = local_playbook(inv, extra, "stage-p%d" % p, logs)
         st = run["stage"]["b300a"]
         rate = total / st["elapsed_s"]
-        row = {"parallel_files": p, "W_end": w["end"], "W_behind": w["behind"], "N": n, "H": h,
+        row = {"parallel_files": p, "streams_at_most": min(p, len(shards)), "W_end": w["end"], "W_behind": w["behind"], "N": n, "H": h,
                "L": {"rate_Bps": lim, "bound_by": bound, "method": "min(max(W_end, W_behind), N, H), P streams each"},
                "cpu_s_per_GB": {k: round(v * 1e9, 3) for k, v in cpb.items()},
                "cpu_ceiling_Bps": cpu_ceiling, "ceiling_Bps": min(lim, cpu_ceiling),
