@@ -90,3 +90,14 @@ def test_local_inventory_is_one_host_its_own_controller(tmp_path):
     assert list(hosts["sglang_router"]["hosts"]) == ["b300a"] and list(hosts["gpu_nodes"]["hosts"]) == ["b300a"]
     assert ("ansible_become" in b300a) == (os.geteuid() == 0) and b300a.get("ansible_become", False) is False
     assert (inv / "group_vars" / "all.yml").read_text() == (ROOT / "inventory/sandbox/group_vars/all.yml").read_text()
+
+
+def test_shard_sizes_default_pattern_and_small_shards():
+    """The default pattern is the sandbox mode's (8 GiB -> 2, 2, 1.5, 1.5, 1 GiB); at 2 GiB it is ONE shard, so a small
+    local run needs --shard-gib for P files at once (the stage takes one directory's files P at a time)."""
+    gib = 1 << 30
+    assert wb.shard_sizes(8) == [2 * gib, 2 * gib, 3 * gib // 2, 3 * gib // 2, gib]
+    assert wb.shard_sizes(2) == [2 * gib]
+    assert wb.shard_sizes(2, 0.5) == [gib // 2] * 4
+    assert wb.shard_sizes(2.2, 0.5) == [gib // 2] * 3 + [int(0.7 * gib)]   # a remainder under a shard joins the last
+    assert len(wb.shard_sizes(24)) == 15 and sum(wb.shard_sizes(24)) == 24 * gib

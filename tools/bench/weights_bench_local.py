@@ -30,12 +30,14 @@ all cores. The run needs about 2 x --gib + --w-gib free on DIR's
 file system and root (the stage chowns; ansible_become is off when already root). Writes the result after every P
 (a run cut short keeps what it measured): artifacts/bench/weights-local-<UTC>.json or --out.
 """
+import fcntl
 import json
 import os
 import pathlib
 import resource
 import shutil
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -114,7 +116,16 @@ def my_address():
     """An address of this machine that is not loopback: the plan refuses a loopback sglang_advertise_address and
     model_weights_controller_address (rule of a data-network address). Traffic to a machine's own address goes over
     its loopback device all the same (the kernel's local route table)."""
-    out = subprocess.run(["hostname", "-I"], capture_output=True, text=True).stdout.split()
+    try:
+        out = subprocess.run(["hostname", "-I"], capture_output=True, text=True).stdout.split()
+    except OSError:   # no hostname(1): each interface's IPv4 address (SIOCGIFADDR, linux/sockios.h 0x8915)
+        out = []
+        for _i, name in socket.if_nameindex():
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sk:
+                try:
+                    out.append(socket.inet_ntoa(fcntl.ioctl(sk.fileno(), 0x8915, struct.pack("256s", name[:15].encode()))[20:24]))
+                except OSError:
+                    continue
     addrs = [x for x in out if ":" not in x and not x.startswith("127.")]
     if not addrs:
         raise SystemExit("local bench: this machine has no IPv4 address but loopback (hostname -I: %r); the plan "
