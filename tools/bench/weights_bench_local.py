@@ -76,7 +76,8 @@ def local_script(script, *args, timeout=1800):
 
 
 class CpuSampler:
-    """Busy cores of the whole machine (/proc/stat: every state but idle and iowait) every `every` seconds."""
+    """Busy cores of the whole machine every `every` seconds: /proc/stat's user, nice, system, irq and softirq
+    (proc(5); guest time is inside user already, steal is time the machine did not get)."""
 
     def __init__(self, every=0.5):
         self.every, self.samples, self.stop_ev = every, [], threading.Event()
@@ -86,7 +87,7 @@ class CpuSampler:
     def read():
         with open("/proc/stat") as fh:
             v = [int(x) for x in fh.readline().split()[1:]]
-        return sum(v) - v[3] - v[4], time.monotonic()
+        return v[0] + v[1] + v[2] + v[5] + v[6], time.monotonic()
 
     def run(self):
         hz = os.sysconf("SC_CLK_TCK")
