@@ -45,7 +45,7 @@ drivers bound below it, so level 3 (driver restart + PCI reset) is refused and o
 supported: every emulated CX8 data NIC says so. The state file <root>/state/mlxfwreset.json ({"mlx5_3": {"3": true}})
 makes a level supported on one device (the live-reset path in tests). The fabric-manager CX7 supports level 3.
 The state file <root>/state/burn_fail makes the next burns fail part-way (the image on flash stays the old one, as
-flint's fail-safe burn leaves it).
+flint's fail-safe burn leaves it). <root>/state/burns.log records each flash write's start and end (a test hook).
 
 State: <root>/state/fw.json {nic: {"flashed": ver, "running": ver, "boot": epoch of the boot it was burned in}} over
 the scenario's firmware; a burned image becomes the running one on a reset of a supported level, or at the next boot
@@ -188,6 +188,13 @@ def render_verify(img):
     return out + "\n-I- FW image verification succeeded. Image is bootable.\n\n", 0
 
 
+def _burn_log(root, n, img, what):
+    """Test hook, not a real tool's behaviour: one line per flash write started/ended (state/burns.log: epoch, pid,
+    NIC, version, start|end), so a test can count the burns of one NIC and see two of them overlap."""
+    with open(_path(root, "burns.log"), "a") as fh:
+        fh.write("%.3f %d %s %s %s\n" % (time.time(), os.getpid(), n["name"], img["version"], what))
+
+
 def burn(root, st, n, img, boot_epoch, sleep=time.sleep, tool="flint"):
     """(stdout, stderr, rc) of `flint -d DEV -i IMG -y burn` (`mstflint` with tool="mstflint"; real output formats,
     module docstring)."""
@@ -206,11 +213,13 @@ def burn(root, st, n, img, boot_epoch, sleep=time.sleep, tool="flint"):
     if os.path.exists(_path(root, "burn_fail")):      # test hook: the flash write fails part-way (fail-safe burn)
         return head + "FSMST_INITIALIZE -   OK\nWriting Boot image component -   FAIL\n", (
             "-E- Burning FW image failed: Flash write failed (emulated: state/burn_fail)\n"), 1
+    _burn_log(root, n, img, "start")
     sleep(burn_seconds())
     fw = _load(root, "fw.json")
     rec = fw.setdefault(n["name"], {"running": n["fw"]})
     rec.update(flashed=img["version"], boot=boot_epoch, release_date=img.get("release_date"))
     _save(root, "fw.json", fw)
+    _burn_log(root, n, img, "end")
     return (head + "FSMST_INITIALIZE -   OK\nWriting Boot image component -   OK\n"
             "Restoring signature                     - OK\n"
             "-I- To load new FW run %s or reboot machine.\n" % RESET_TOOL_OF.get(tool, "mlxfwreset")), "", 0

@@ -358,3 +358,101 @@ def test_report_markdown_and_exit_code(rows):
     bad = fu.host_result("b300b", plan, "burn", "failed", problems=["-E- boom"])
     md, js = fu.render_report([bad], "t2")
     assert js["summary"]["exit_code"] == 2 and "fail-safe" in md
+
+
+# ------------------------------------------------------------------------------------------ issue 35: downgrades
+def test_a_downgrade_is_refused_unless_the_image_entry_allows_that_running_version(rows):
+    newer = _nics(fw3="40.48.1010")
+    plan = fu.plan_devices(newer, rows)
+    assert next(p for p in plan if p["device"] == "mlx5_3")["action"] == "burn"     # the gate alone would burn it
+    img = {"psid": "MT_0000001217", "version": "40.47.1026", "sha256": "a" * 64, "path": "/fw", "where": "host"}
+    p3 = next(p for p in fu.apply_downgrades(plan, [img]) if p["device"] == "mlx5_3")
+    assert p3["action"] == "refuse" and not p3["downgrade"]
+    assert p3["reason"].startswith("DOWNGRADE 40.48.1010 -> 40.47.1026 of mlx5_3") and "refused, nothing changed" in p3["reason"]
+    assert "allow_downgrade_from: ['40.48.1010']" in p3["reason"]
+    other = dict(img, allow_downgrade_from=["40.48.2000"])            # another running version: still refused
+    assert next(p for p in fu.apply_downgrades(fu.plan_devices(newer, rows), [other])
+                if p["device"] == "mlx5_3")["action"] == "refuse"
+    for allowed in ("40.48.1010", ["40.46.1006", "40.48.1010"]):
+        p3 = next(p for p in fu.apply_downgrades(fu.plan_devices(newer, rows), [dict(img, allow_downgrade_from=allowed)])
+                  if p["device"] == "mlx5_3")
+        assert p3["action"] == "burn" and p3["downgrade"] and p3["reason"].startswith("DOWNGRADE 40.48.1010 -> 40.47.1026")
+    up = fu.apply_downgrades(fu.plan_devices(_nics(), rows), [img])     # an upgrade is untouched
+    assert {p["device"]: (p["action"], p["downgrade"]) for p in up}["mlx5_3"] == ("burn", False)
+    md, _ = fu.render_report([fu.host_result("b300b", [p3], "done", "would_update")], "d1", True)
+    assert "| 40.48.1010 | 40.47.1026 | burn DOWNGRADE |" in md and "mlx5_3: DOWNGRADE 40.48.1010 -> 40.47.1026" in md
+
+
+def test_allow_downgrade_from_shape_is_checked():
+    img = {"psid": "P", "version": "40.47.1026", "sha256": "a" * 64, "path": "/fw", "where": "host"}
+    assert fu.check_images_input([dict(img, allow_downgrade_from=["40.48.1010"])]) == []
+    probs = fu.check_images_input([dict(img, allow_downgrade_from=["latest"]), dict(img, allow_downgrade_from=7)])
+    assert len(probs) == 2 and all("allow_downgrade_from" in p for p in probs)
+
+
+# ------------------------------------------------------------------------------------------ issue 35: after a failure
+def test_after_failure_puts_back_only_a_fail_safe_burn_failure():
+    assert fu.after_failure("burn", "burn")["put_back"] is True
+    kept = fu.after_failure("burn", "burn", keep_out=True)
+    assert kept["put_back"] is False and "nic_firmware_update_keep_out_on_failure=true" in kept["reason"]
+    assert fu.after_failure("burn", "locked")["put_back"] is False          # the other run owns the host
+    assert fu.after_failure("burn", "changed")["put_back"] is False
+    assert "what the flash holds is unknown" in fu.after_failure("burn", None)["reason"]
+    for stage in ("activate", "verify", "gate", "nccl", "put_back"):
+        assert fu.after_failure(stage, None)["put_back"] is False
+
+
+def test_resume_command():
+    assert fu.resume_command("b300b") == "tools/fw-update -l b300b"
+    assert fu.resume_command("b300b", "/repo/inventory/sandbox", "/repo") == "tools/fw-update -i inventory/sandbox -l b300b"
+    assert fu.resume_command("b300a", "/tmp/inv", "/repo", maintenance=True) == (
+        "tools/fw-update -i /tmp/inv -l b300a -e nic_firmware_update_maintenance=true")
+
+
+def test_a_failed_burn_says_its_cause_once_and_how_to_resume(rows):
+    dev = _dev(rows)
+    err = "-E- Burning FW image failed: Flash write failed"
+    msg = "mlx5_3 (0000:59:00.0): burn failed: %s. NIC state: %s" % (err, fu.nic_state("burn", dev))
+    r = fu.host_result("b300b", fu.plan_devices(_nics(), rows), "burn", "failed", problems=[msg],
+                       after=dict(fu.after_failure("burn", "burn"), done=True), resume=fu.resume_command("b300b"))
+    md, js = fu.render_report([r], "t3")
+    assert md.count(err) == 1 and md.count("stays on the flash and keeps running") == 1, md
+    assert "service: back in service: the burn is fail-safe" in md and "resume: `tools/fw-update -l b300b`" in md
+    assert js["summary"]["exit_code"] == 2 and js["hosts"][0]["resume"] == "tools/fw-update -l b300b"
+
+
+# ------------------------------------------------------------------------------------------ issue 35: per-NIC lock
+def test_device_lock_refuses_a_second_holder_naming_the_first_and_the_kernel_frees_it(tmp_path):
+    path = fu.lock_path(str(tmp_path / "locks"), "0000:59:00.0")
+    assert path.endswith("/b300-nic-0000:59:00.0.lock")
+    first = fu.DeviceLock(path, {"holder": "nic_firmware_update burn", "run": "fw-update-A by alice"})
+    assert first.acquire() is None
+    held = fu.DeviceLock(path, {"run": "fw-update-B"}).acquire()      # another open file description: refused
+    assert '"run": "fw-update-A by alice"' in held and '"pid": %d' % __import__("os").getpid() in held
+    first.release()
+    again = fu.DeviceLock(path, {"run": "fw-update-B"})
+    assert again.acquire() is None
+    again.release()
+    import subprocess
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; sys.path[:0] = %r\n"
+        "from ansible_collections.b300.rollout.plugins.module_utils import fw_update as fu\n"
+        "assert fu.DeviceLock(%r, {'run': 'killed'}).acquire() is None\nprint('held', flush=True)\ntime.sleep(60)")
+        % (sys.path, path)], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    assert "killed" in fu.DeviceLock(path, {"run": "C"}).acquire()
+    holder.kill()
+    holder.wait()
+    last = fu.DeviceLock(path, {"run": "C"})
+    assert last.acquire() is None                                       # freed by the kernel, no clean-up ran
+    last.release()
+    assert "another run holds the NIC's lock %s" % path in fu.lock_refusal(
+        {"device": "mlx5_3", "pci_address": "0000:59:00.0"}, "burn", held, path)
+
+
+def test_burn_still_needed_under_the_lock(rows):
+    dev = _dev(rows)
+    assert fu.burn_still_needed(dev, {"fw_version": "40.44.1036", "fw_running": None}) is None
+    why = fu.burn_still_needed(dev, {"fw_version": "40.47.1026", "fw_running": "40.44.1036"})
+    assert "changed since this run's plan" in why and "flash 40.47.1026" in why
+    assert "under the lock failed" in fu.burn_still_needed(dev, {"error": "-E- no device"})
