@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
 """tools/bench/weights_bench.py [--gib 8] [--parallel 2] [--variants end,behind,behind+drop] [--main behind] [--out FILE]
+tools/bench/weights_bench.py --local [--gib 8] [--parallel-files 2,4,8] [--dir DIR] [--w-gib 8]
+      (one machine, no containers: tools/bench/weights_bench_local.py says how)
                                                                                    (a benchmark, not a test)
 
 The weights stage (roles/model_weights through playbooks/weights.yml) on the sandbox with a generated model of real
@@ -41,6 +43,7 @@ import struct
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "collections"))
@@ -60,13 +63,14 @@ ENV = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), PATH="%s:%s" % 
            ANSIBLE_STDOUT_CALLBACK="ansible.posix.json", CONTAINERS_CONF=str(ROOT / "sandbox/containers.conf"))
 
 
-def shard_sizes(total_gib):
-    """1-2 GiB shards adding up to total_gib (e.g. 8 -> 2, 2, 1.5, 1.5, 1)."""
-    pattern = [2.0, 2.0, 1.5, 1.5, 1.0]
+def shard_sizes(total_gib, shard_gib=None):
+    """1-2 GiB shards adding up to total_gib (e.g. 8 -> 2, 2, 1.5, 1.5, 1); shard_gib: shards of that size instead
+    (a small model with several shards, so that several files can be staged at once)."""
+    pattern = [shard_gib] if shard_gib else [2.0, 2.0, 1.5, 1.5, 1.0]
     out, left = [], float(total_gib)
     while left > 0:
         s = min(pattern[len(out) % len(pattern)], left)
-        if s < 1.0 and out:
+        if s < min(1.0, pattern[0]) and out:
             out[-1] += s
         else:
             out.append(s)
@@ -89,25 +93,34 @@ def write_safetensors(path, size, name):
     return data_len
 
 
-def generate(gib):
-    stamp = CACHE / ("model-%s.done" % gib)
+def generate(gib, cache=CACHE, workers=1, shard_gib=None):
+    """The model (--gib of BIG + the small DRAFT) and its manifests under cache/src and cache/manifests, once per size;
+    workers files written and hashed at once."""
+    src, man = cache / "src", cache / "manifests"
+    stamp = cache / ("model-%s%s.done" % (gib, "-%s" % shard_gib if shard_gib else ""))
     if stamp.exists():
         return
-    shutil.rmtree(SRC, ignore_errors=True)
-    for rel, sizes in ((BIG, shard_sizes(gib)), (DRAFT, [64 << 20])):
-        d = SRC / rel
+    shutil.rmtree(src, ignore_errors=True)
+    jobs = []
+    for rel, sizes in ((BIG, shard_sizes(gib, shard_gib)), (DRAFT, [64 << 20])):
+        d = src / rel
         d.mkdir(parents=True)
         weight_map, total = {}, 0
         for i, size in enumerate(sizes, 1):
             fname = "model-%05d-of-%05d.safetensors" % (i, len(sizes))
-            total += write_safetensors(d / fname, size, "layers.%d.weight" % i)
+            jobs.append((d / fname, size, "layers.%d.weight" % i))
+            total += size - 8 - 200   # write_safetensors' tensor bytes
             weight_map["layers.%d.weight" % i] = fname
         (d / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": total},
                                                                     "weight_map": weight_map}, indent=2))
         (d / "config.json").write_text(json.dumps({"architectures": ["Bench"], "model_type": "bench"}))
         (d / "tokenizer.json").write_text(json.dumps({"version": "1.0", "model": {"type": "BPE", "vocab": {}}}))
-        out = MAN / (rel + ".json")
-        subprocess.run([sys.executable, str(ROOT / "tools/weights-manifest"), str(d), "-o", str(out)], check=True)
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as ex:   # os.urandom and write() release the GIL
+        list(ex.map(lambda j: write_safetensors(*j), jobs))
+    for rel in (BIG, DRAFT):
+        out = man / (rel + ".json")
+        subprocess.run([sys.executable, str(ROOT / "tools/weights-manifest"), str(src / rel), "-o", str(out),
+                        "--workers", str(max(1, workers))], check=True)
     stamp.write_text("ok\n")
 
 
@@ -226,6 +239,12 @@ def playbook(limit, extra, label):
                                                          r.stderr[-3000:])) from None
     if r.returncode != 0:
         raise SystemExit("%s failed (rc %d): %s" % (label, r.returncode, json.dumps(doc)[-4000:]))
+    return dict(parse_run(doc), label=label, wall_s=round(wall, 2))
+
+
+def parse_run(doc):
+    """The stage's, the inspect's and the servers' results out of a run's JSON (the ansible.posix json callback's
+    shape, which tools/bench/callback_plugins/bench_results.py writes too)."""
     tasks = [t for p in doc["plays"] for t in p["tasks"]]
 
     def results(name):
@@ -236,13 +255,14 @@ def playbook(limit, extra, label):
         if res.get("finished"):
             stage[h] = {k: res.get(k) for k in ("elapsed_s", "bytes_fetched", "weight_bytes_read", "io", "rate_bps",
                                                 "fsync_s")}
+            stage[h]["errors"] = res.get("errors")
+            stage[h]["writeback"] = sorted({m.get("writeback") for m in res.get("models") or [] if m.get("writeback")})
     inspect = {h: {k: res.get(k) for k in ("elapsed_s", "weight_bytes_read", "meta_bytes_read", "io")}
                for h, res in results("Weights | what each model directory holds (marker + one stat per file; no "
                                      "weight byte read)") if "elapsed_s" in res}
     served = {h: res.get("served") for h, res in results("Cleanup | this host's server ended") if res.get("served")}
     ctl = [res.get("served") for _h, res in results("Cleanup | the controller's server ended") if res.get("served")]
-    return {"label": label, "wall_s": round(wall, 2), "stage": stage, "inspect": inspect, "served_by_host": served,
-            "served_by_controller": ctl[0] if ctl else {}}
+    return {"stage": stage, "inspect": inspect, "served_by_host": served, "served_by_controller": ctl[0] if ctl else {}}
 
 
 def wipe(hosts):
@@ -328,7 +348,19 @@ def main():
                                                      "defaults: behind)")
     ap.add_argument("--out")
     ap.add_argument("--clean", action="store_true", help="remove the generated model afterwards")
+    ap.add_argument("--local", action="store_true", help="source, stage and limits on this machine, no containers "
+                                                         "(tools/bench/weights_bench_local.py; the lent GPU machine)")
+    ap.add_argument("--parallel-files", default="2,4,8", help="--local: the model_weights_parallel_files values, "
+                                                                "each with its own W, N, H and stage")
+    ap.add_argument("--dir", help="--local: the work directory (model, target, logs; default "
+                                  ".cache/weights-bench-local), on the file system the stage is measured on")
+    ap.add_argument("--w-gib", type=float, default=8, help="--local: GiB written by each W measurement")
+    ap.add_argument("--shard-gib", type=float, help="--local: shards of this size (default: 2, 2, 1.5, 1.5, 1 GiB "
+                                                    "repeated); a small model needs small shards for P files at once")
     a = ap.parse_args()
+    if a.local:
+        import weights_bench_local   # beside this file (sys.path[0])
+        return weights_bench_local.run_local(a)
     t_gen = time.time()
     generate(a.gib)
     files = mw.parse_manifest((MAN / (BIG + ".json")).read_text(), "big")
