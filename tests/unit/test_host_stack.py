@@ -203,8 +203,8 @@ def test_healthy_host_every_check_passes_and_plan_is_empty():
                                           "CliqueId 0")
     assert v["gdr_path"]["found"].startswith("dma_buf")
     p = hs.plan(STACK, st)
-    assert p == {"install": [], "hold": [], "unhold": [], "remove": [], "reboot": False, "reboot_reasons": [],
-                 "refusals": [], "notes": []}
+    assert p == {"install": [], "hold": [], "unhold": [], "remove": [], "modprobe": [], "reboot": False,
+                 "reboot_reasons": [], "refusals": [], "notes": []}
 
 
 def test_bare_host_plan_installs_in_order_holds_and_reboots():
@@ -255,6 +255,7 @@ def test_trap_ib_umad_not_loaded_fm_on_legacy_path():
     assert r["modules_loaded"]["found"] == "not loaded: ib_umad" and "modprobe ib_umad" in r["modules_loaded"]["fix"]
     assert r["modules_at_boot"]["verdict"] == "fail"
     assert "pre-NVL5" in r["fabric_manager_journal"]["found"]
+    assert hs.plan(STACK, st)["modprobe"] == ["ib_umad"]
 
 
 @pytest.mark.parametrize("held", [True, False])
@@ -391,3 +392,38 @@ def test_every_stack_is_complete_and_cited():
         for p in hs.stack_packages(s, K):
             if p["hold"]:
                 assert any(p["name"].startswith(b) for b in s["unattended_upgrades"]["blacklist"]), p["name"]
+
+
+# ----------------------------------------------------------------------------------------------- the module, end to end
+def test_module_reads_a_tree_read_only_in_check_mode(tmp_path):
+    """host_stack_facts on this controller with a SYNTHESIZED root (driver version file, modules-load.d), a stand-in
+    nvidia-smi printing the fabric block above and a sysfs with the SW_MNG bridge: the checks read what the tree
+    says; this machine's dpkg has none of the stack, so the plan refuses (apt knows no such package here)."""
+    import os
+    import sys
+    sys.path.insert(0, str(ROOT / "tests" / "fixtures" / "facts"))
+    import synth
+    from test_facts_modules import run_module
+    root = tmp_path / "root"
+    (root / "proc" / "driver" / "nvidia").mkdir(parents=True)
+    (root / "proc" / "driver" / "nvidia" / "version").write_text(healthy_state()["proc_version"])
+    (root / "etc" / "modules-load.d").mkdir(parents=True)
+    (root / "etc" / "modules-load.d" / "b300-host-stack.conf").write_text("mlx5_ib\nib_umad\n")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text("#!/bin/sh\ncat <<'EOF'\n%sEOF\n" % fabric_block())
+    smi.chmod(0o755)
+    sysfs = synth.make_sysfs(tmp_path / "sys", nics=1, nic_device_id="1021", sw_mng=(1,))
+    rc, res = run_module("host_stack_facts", {"stack": STACK, "host": "b300a", "root": str(root),
+                                              "bin_path": [str(bin_dir)], "sysfs_root": sysfs}, tmp_path, check=True)
+    assert rc == 0, res
+    f = res["ansible_facts"]["host_stack"]
+    v = {c["check"]: c for c in f["checks"]}
+    assert v["driver_open_flavour"]["verdict"] == "pass" and v["fabric_state"]["verdict"] == "pass"
+    assert v["modules_at_boot"]["verdict"] == "pass" and f["sw_mng_devices"] == ["mlx5_1"]
+    assert v["packages_declared"]["verdict"] == "fail"
+    assert f["plan"]["refusals"] and f["plan"]["install"] == []
+    assert any(m.startswith("b300a: host_stack check packages_declared failed") for m in f["failures"])
+    assert res["changed"] is False
+    assert os.listdir(root / "etc" / "modules-load.d") == ["b300-host-stack.conf"]

@@ -314,7 +314,7 @@ def _resolve(pkg, policy, sources):
 
 
 def plan(stack, state):
-    """What the stage would do: {install, hold, remove, reboot, reboot_reasons, refusals, notes}.
+    """What the stage would do: {install, hold, unhold, remove, modprobe, reboot, reboot_reasons, refusals, notes}.
 
     ``install`` is in the stack's order, ``name=debian-version`` each; ``refusals`` non-empty means nothing may be
     changed (the role asserts before acting).
@@ -325,8 +325,10 @@ def plan(stack, state):
     holds = set(parse_lines(state.get("holds")))
     policy = parse_apt_policy(state.get("apt_policy"))
     sources = stack.get("apt_source_match") or []
-    res = {"install": [], "hold": [], "unhold": [], "remove": [], "reboot": False, "reboot_reasons": [],
-           "refusals": [], "notes": []}
+    res = {"install": [], "hold": [], "unhold": [], "remove": [], "modprobe": [], "reboot": False,
+           "reboot_reasons": [], "refusals": [], "notes": []}
+    loaded = parse_proc_modules(state.get("proc_modules"))
+    res["modprobe"] = [m for m in stack.get("modules_load_at_boot") or [] if m not in loaded]
     for p in pkgs:
         have = installed.get(p["name"])
         if have and version_matches(have, p["version"]):
@@ -570,6 +572,11 @@ def gdr_check(stack, proc_version, loaded, kernel_config):
         return _finding("gdr_path", "warn", "%s (%s)" % (path, why), declared,
                         "the declared path is %s: see roles/host_stack/vars/stacks.yml gdr.rule" % declared)
     return _finding("gdr_path", "pass", "%s (%s)" % (path, why), declared, None)
+
+
+def summary(results):
+    """One line per check: ``check | verdict | found``."""
+    return ["%s | %s | %s" % (r["check"], r["verdict"], r["found"]) for r in results]
 
 
 def failures(host, results):
