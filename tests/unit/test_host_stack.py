@@ -203,8 +203,8 @@ def test_healthy_host_every_check_passes_and_plan_is_empty():
                                           "CliqueId 0")
     assert v["gdr_path"]["found"].startswith("dma_buf")
     p = hs.plan(STACK, st)
-    assert p == {"install": [], "hold": [], "unhold": [], "remove": [], "modprobe": [], "reboot": False,
-                 "reboot_reasons": [], "refusals": [], "notes": []}
+    assert p == {"install": [], "hold": [], "unhold": [], "remove": [], "modprobe": [], "acts": False,
+                 "reboot": False, "reboot_reasons": [], "refusals": [], "notes": []}
 
 
 def test_bare_host_plan_installs_in_order_holds_and_reboots():

@@ -293,7 +293,9 @@ def _resolve(pkg, policy, sources):
     """The one Debian version to install for a declared package, or (None, reason)."""
     pol = policy.get(pkg["name"])
     if pol is None:
-        return None, "apt knows no package %s (apt-cache policy says nothing: the source is missing)" % pkg["name"]
+        return None, ("apt knows no package %s (apt-cache policy: nothing), expected it from %s; fix: add that apt source "
+                      "(or the offline mirror, host_stack_apt_source_match) and run apt-get update" % (
+                          pkg["name"], ", ".join(sources) or "the declared source"))
     matching = {v: srcs for v, srcs in pol["versions"].items() if version_matches(v, pkg["version"])}
     offered = {v: [s for s in srcs if "/var/lib/dpkg/status" not in s] for v, srcs in matching.items()}
     offered = {v: s for v, s in offered.items() if s}
@@ -303,18 +305,22 @@ def _resolve(pkg, policy, sources):
     if not offered:
         if pol.get("installed") and version_matches(pol["installed"], pkg["version"]):
             return pol["installed"], None
-        return None, "%s %s is not offered by the declared source (%s); offered: %s" % (
-            pkg["name"], pkg["version"], ", ".join(sources) or "any", ", ".join(sorted(pol["versions"])) or "none")
+        return None, ("%s %s is not offered by the declared source (%s); offered: %s; fix: serve that version from the "
+                      "declared source (or the offline mirror) and run apt-get update" % (
+                          pkg["name"], pkg["version"] or "(any)", ", ".join(sources) or "any",
+                          ", ".join(sorted(pol["versions"])) or "none"))
     if len(offered) > 1 and not pkg["version"] and pol.get("candidate") in offered:
         return pol["candidate"], None
     if len(offered) > 1:
-        return None, "%s %s is offered in %d builds (%s): two sources, refuse to guess" % (
-            pkg["name"], pkg["version"], len(offered), ", ".join(sorted(offered)))
+        return None, ("%s %s is offered in %d builds (%s): two sources, refuse to guess; fix: keep one source for the "
+                      "stack (remove or pin away the other in /etc/apt/sources.list.d) and run apt-get update" % (
+                          pkg["name"], pkg["version"], len(offered), ", ".join(sorted(offered))))
     return next(iter(offered)), None
 
 
 def plan(stack, state):
-    """What the stage would do: {install, hold, unhold, remove, modprobe, reboot, reboot_reasons, refusals, notes}.
+    """What the stage would do: {install, hold, unhold, remove, modprobe, acts, reboot, reboot_reasons, refusals,
+    notes}; ``acts``: any of the first five is non-empty.
 
     ``install`` is in the stack's order, ``name=debian-version`` each; ``refusals`` non-empty means nothing may be
     changed (the role asserts before acting).
@@ -370,6 +376,7 @@ def plan(stack, state):
         if f["verdict"] == "fail" and (res["install"] or res["reboot"]):
             # refuse only when the stage would change something that needs the next boot; the proof reports it anyway
             res["refusals"].append("%s: %s; fix: %s" % (f["check"], f["found"], f["fix"]))
+    res["acts"] = bool(res["install"] or res["remove"] or res["hold"] or res["unhold"] or res["modprobe"])
     return res
 
 

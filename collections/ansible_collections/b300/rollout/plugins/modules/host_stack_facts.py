@@ -55,7 +55,8 @@ ansible_facts:
   contains:
     host_stack:
       description: >-
-        plan (install - name=version in install order, hold, unhold, remove, modprobe - modules to load now,
+        plan (install - name=version in install order, hold, unhold, remove, modprobe - modules to load now, acts - any
+        of those five,
         reboot - bool, reboot_reasons, refusals - non-empty means change nothing, notes), checks (check, verdict -
         pass, fail, warn or skip, found, expected, fix, evidence), summary (one line per check - check, verdict,
         found), failures (one line per failing check - host, check, found, expected, fix),
