@@ -427,3 +427,11 @@ def test_module_reads_a_tree_read_only_in_check_mode(tmp_path):
     assert any(m.startswith("b300a: host_stack check packages_declared failed") for m in f["failures"])
     assert res["changed"] is False
     assert os.listdir(root / "etc" / "modules-load.d") == ["b300-host-stack.conf"]
+
+
+def test_bare_host_proof_fails_on_versions_and_holds_not_silently_passes():
+    st = healthy_state()
+    st.update(dpkg="", holds="")
+    v = verdicts(st)
+    assert v["driver_fm_same_version"]["verdict"] == "fail" and "none" in v["driver_fm_same_version"]["found"]
+    assert v["packages_held"]["verdict"] == "fail"

@@ -428,15 +428,18 @@ def checks(stack, state):
             pkgs), "every stack package installed at its declared version",
         "run the host_stack stage (it installs the exact versions from the one declared source)" if wrong else None,
         evidence={p["name"]: installed.get(p["name"]) for p in pkgs}))
+    skewed = len(skew) > 1 or (skew and skew != [want])
     out.append(_finding(
-        "driver_fm_same_version", "fail" if len(skew) > 1 or (skew and skew != [want]) else "pass",
-        "driver-group versions installed: %s" % (", ".join(skew) or "none"),
+        "driver_fm_same_version", "fail" if skewed or not skew else "pass",
+        "driver-group versions installed: %s" % (", ".join(skew) or "none (no driver-group package installed)"),
         "driver == fabric manager == NSCQ == IMEX == %s" % want,
         "install every driver-group package at %s from one source and hold them (an unheld fabric manager moved "
-        "alone is the #1 fabric manager failure)" % want if len(skew) > 1 or (skew and skew != [want]) else None))
+        "alone is the #1 fabric manager failure)" % want if skewed or not skew else None))
     unheld = [p["name"] for p in pkgs if p["hold"] and installed.get(p["name"]) and p["name"] not in holds]
-    out.append(_finding("packages_held", "fail" if unheld else "pass",
-                        "not held: %s" % ", ".join(unheld) if unheld else "all held",
+    any_installed = any(installed.get(p["name"]) for p in pkgs if p["hold"])
+    out.append(_finding("packages_held", "fail" if unheld or not any_installed else "pass",
+                        "not held: %s" % ", ".join(unheld) if unheld else (
+                            "all held" if any_installed else "none of the stack's packages installed"),
                         "apt-mark hold on every stack package",
                         "apt-mark hold %s" % " ".join(unheld) if unheld else None))
     # 3. unattended-upgrades kept away

@@ -65,73 +65,9 @@ ansible_facts:
       returned: always
 """
 
-import glob
-import os
-import platform
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.b300.rollout.plugins.module_utils import host_stack as hs
-from ansible_collections.b300.rollout.plugins.module_utils.rdma_nic import vpd_is_sw_mng
+from ansible_collections.b300.rollout.plugins.module_utils.host_stack_io import gather, report
 from ansible_collections.b300.rollout.plugins.module_utils.tools import find_tool, hw_argument_spec
-
-
-def _read(path):
-    try:
-        with open(path) as fh:
-            return fh.read()
-    except (OSError, UnicodeDecodeError):
-        return ""
-
-
-def _run(module, argv):
-    """stdout of argv, or '' when the tool is missing or fails (the check that needs it then fails with that)."""
-    if not argv[0]:
-        return ""
-    rc, out, _err = module.run_command(argv, environ_update={"LC_ALL": "C"})
-    return out if rc == 0 else ""
-
-
-def _kernel_key(release):
-    return [int(x) if x.isdigit() else x for x in release.replace("-", ".").split(".")]
-
-
-def gather(module, stack, root, bin_path, sysfs_root):
-    r = lambda *p: os.path.join(root, *p)  # noqa: E731 - a path under root
-    running = platform.release()
-    kernels = sorted((os.path.basename(p)[len("vmlinuz-"):] for p in glob.glob(r("boot", "vmlinuz-*"))),
-                     key=_kernel_key)
-    nxt = kernels[-1] if kernels else running   # GRUB's default on Ubuntu/Debian is the newest installed kernel
-    dpkg = _run(module, [find_tool(module, "dpkg-query"), "-W", "-f", "${Package}\t${Version}\t${db:Status-Abbrev}\n"])
-    names = [p["name"] for p in hs.stack_packages(stack, running)]
-    mods = {}
-    modinfo = find_tool(module, "modinfo")
-    for m in stack.get("boot_modules") or []:
-        fn = _run(module, [modinfo, "-k", nxt, "-F", "filename", m]).strip() if modinfo else ""
-        signer = _run(module, [modinfo, "-k", nxt, "-F", "signer", m]).strip() if fn else ""
-        mods[m] = {"path": fn or None, "signer": signer or None}
-    load = {}
-    for p in sorted(glob.glob(r("etc", "modules-load.d", "*.conf"))):
-        load[os.path.basename(p)] = _read(p)
-    ib = os.path.join(sysfs_root, "class", "infiniband")
-    bridges = sorted(d for d in (os.listdir(ib) if os.path.isdir(ib) else [])
-                     if vpd_is_sw_mng(os.path.join(ib, d, "device")))
-    journal = find_tool(module, "journalctl")
-    return {
-        "dpkg": dpkg,
-        "holds": _run(module, [find_tool(module, "apt-mark"), "showhold"]),
-        "apt_policy": _run(module, [find_tool(module, "apt-cache"), "policy"] + names),
-        "apt_config": _run(module, [find_tool(module, "apt-config"), "dump"]),
-        "proc_modules": _read(r("proc", "modules")),
-        "proc_version": _read(r("proc", "driver", "nvidia", "version")),
-        "smi_q": _run(module, [find_tool(module, "nvidia-smi", bin_path), "-q"]),
-        "fm_journal": _run(module, [journal, "-b", "--no-pager", "-o", "short", "-n", "5000", "-u",
-                                    "nvidia-fabricmanager", "-u", "nvidia-nvlsm"]) if journal else "",
-        "sb_state": _run(module, [find_tool(module, "mokutil", bin_path), "--sb-state"]),
-        "running_kernel": running, "next_kernel": nxt, "next_kernel_modules": mods,
-        "kernel_config": _read(r("boot", "config-%s" % nxt)),
-        "modules_load": load, "sw_mng_devices": bridges,
-        "unattended_upgrades_installed": "unattended-upgrades" in hs.parse_dpkg(dpkg),
-    }
 
 
 def main():
@@ -141,14 +77,19 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    state = gather(module, p["stack"], p["root"], p["bin_path"], p["sysfs_root"])
-    results = hs.checks(p["stack"], state)
-    facts = {
-        "plan": hs.plan(p["stack"], state), "checks": results, "summary": hs.summary(results), "failures": hs.failures(p["host"], results),
-        "running_kernel": state["running_kernel"], "next_kernel": state["next_kernel"],
-        "secure_boot": hs.parse_sb_state(state["sb_state"]), "sw_mng_devices": state["sw_mng_devices"],
-    }
-    module.exit_json(changed=False, ansible_facts={"host_stack": facts})
+
+    def run(argv):
+        """stdout, or '' when the tool is missing or fails (the check that needs it then fails saying so)."""
+        if not argv[0]:
+            return ""
+        rc, out, _err = module.run_command(argv, environ_update={"LC_ALL": "C"})
+        return out if rc == 0 else ""
+
+    def find(name, extra):
+        return find_tool(module, name, extra)
+
+    state = gather(run, find, p["stack"], p["root"], p["bin_path"], p["sysfs_root"])
+    module.exit_json(changed=False, ansible_facts={"host_stack": report(p["stack"], state, p["host"])})
 
 
 if __name__ == "__main__":
