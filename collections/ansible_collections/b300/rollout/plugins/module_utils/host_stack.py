@@ -441,7 +441,8 @@ def checks(stack, state):
                         "not held: %s" % ", ".join(unheld) if unheld else (
                             "all held" if any_installed else "none of the stack's packages installed"),
                         "apt-mark hold on every stack package",
-                        "apt-mark hold %s" % " ".join(unheld) if unheld else None))
+                        "apt-mark hold %s" % " ".join(unheld) if unheld else (
+                            None if any_installed else "run the host_stack stage")))
     # 3. unattended-upgrades kept away
     uu = state.get("unattended_upgrades_installed")
     conf = parse_apt_config(state.get("apt_config"))
