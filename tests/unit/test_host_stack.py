@@ -435,3 +435,24 @@ def test_bare_host_proof_fails_on_versions_and_holds_not_silently_passes():
     v = verdicts(st)
     assert v["driver_fm_same_version"]["verdict"] == "fail" and "none" in v["driver_fm_same_version"]["found"]
     assert v["packages_held"]["verdict"] == "fail"
+
+
+# ----------------------------------------------------------------------------------------------- the lent H100
+def test_h100_evidence_judged_by_the_same_checks():
+    """docs/evidence/h100x1/host_stack/raw (verbatim from the lent H100): the single-GPU view of the same checks,
+    expected values read from the raw files (open 580.159.04, persistence Enabled, Fabric N/A, P2PDMA not set)."""
+    raw = ROOT / "docs" / "evidence" / "h100x1" / "host_stack" / "raw"
+    stack = dict(copy.deepcopy(STACK), nvlink5=False, loaded_modules=["nvidia"],
+                 driver=dict(STACK["driver"], version="580.159.04"))
+    state = {"proc_version": (raw / "proc_driver_nvidia_version.txt").read_text(),
+             "smi_q": (raw / "smi_q.txt").read_text(), "proc_modules": (raw / "proc_modules.txt").read_text(),
+             "kernel_config": (raw / "kernel_config_p2p.txt").read_text(),
+             "running_kernel": (raw / "uname_r.txt").read_text().strip(), "sb_state": (raw / "sb_state.txt").read_text()}
+    v = verdicts(state, stack)
+    assert (v["driver_open_flavour"]["verdict"], v["driver_open_flavour"]["found"]) == (
+        "pass", "Open Kernel Module 580.159.04")
+    assert v["persistence"]["verdict"] == "pass" and v["fabric_state"]["verdict"] == "skip"
+    assert v["gdr_path"]["verdict"] == "fail" and "CONFIG_PCI_P2PDMA missing" in v["gdr_path"]["found"]
+    assert v["modules_loaded"]["verdict"] == "pass"
+    assert hs.parse_smi_q(state["smi_q"])["driver_version"] == "580.159.04"
+    assert hs.parse_sb_state(state["sb_state"]) is None   # mokutil absent there: not known, never "disabled"
