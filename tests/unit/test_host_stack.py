@@ -71,11 +71,8 @@ def test_fabric_na_on_single_h200_is_skip_not_pass():
     assert hs.fabric_check(smi, nvl5=True)["verdict"] == "fail"
 
 
-def test_whole_h200_q_txt_driver_and_persistence():
-    text = pathlib.Path("/work/shared/fixtures/real/nvidia-h200-vm/q.txt")
-    if not text.exists():
-        pytest.skip("the shared H200 capture is not on this machine (its Fabric block is kept in the repo)")
-    smi = hs.parse_smi_q(text.read_text())
+def test_whole_h200_q_txt_driver_and_persistence(real_fixtures):
+    smi = hs.parse_smi_q((real_fixtures / "nvidia-h200-vm" / "q.txt").read_text())
     assert smi["driver_version"] == "580.159.04"
     assert [g["persistence"] for g in smi["gpus"]] == ["Enabled"]
     assert smi["gpus"][0]["fabric"]["state"] == "N/A"
