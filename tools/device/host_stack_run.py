@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.join(ROOT, "collections"))
 
 import yaml  # noqa: E402  (PyYAML: on the lent machine's python; the stacks file is YAML)
 
-from ansible_collections.b300.rollout.plugins.module_utils import host_stack_io  # noqa: E402
+from ansible_collections.b300.rollout.plugins.module_utils import host_stack_io  # noqa: E402 - importable only once sys.path has the collection
 
 
 def run(argv):

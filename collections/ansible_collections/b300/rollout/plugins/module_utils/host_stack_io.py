@@ -30,8 +30,12 @@ def _kernel_key(release):
 def gather(run, find, stack, root="/", bin_path=(), sysfs_root="/sys"):
     """The host's state as texts. ``next_kernel``: the newest /boot/vmlinuz-* (GRUB's default on Ubuntu/Debian),
     else the running kernel."""
-    r = lambda *p: os.path.join(root, *p)  # noqa: E731 - a path under root
-    tool = lambda name, extra=(): find(name, list(extra))  # noqa: E731
+    def r(*parts):
+        return os.path.join(root, *parts)
+
+    def tool(name, extra=()):
+        return find(name, list(extra))
+
     running = platform.release()
     kernels = sorted((os.path.basename(p)[len("vmlinuz-"):] for p in glob.glob(r("boot", "vmlinuz-*"))),
                      key=_kernel_key)
