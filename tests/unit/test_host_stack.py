@@ -453,3 +453,16 @@ def test_h100_evidence_judged_by_the_same_checks():
     assert v["modules_loaded"]["verdict"] == "pass"
     assert hs.parse_smi_q(state["smi_q"])["driver_version"] == "580.159.04"
     assert hs.parse_sb_state(state["sb_state"]) is None   # mokutil absent there: not known, never "disabled"
+
+
+def test_holds_read_from_dpkg_selection_state_and_no_policy_when_nothing_to_install():
+    """``hi`` (hold, installed) in dpkg's status abbreviation is what apt-mark hold sets: no second command; and a
+    host with every package at its version needs no apt-cache policy (the no-change run reads no package list)."""
+    st = healthy_state()
+    st["dpkg"] = st["dpkg"].replace("\tii \n", "\thi \n")
+    st["holds"] = ""
+    assert verdicts(st)["packages_held"]["verdict"] == "pass"
+    assert hs.parse_dpkg_holds("nvlsm\t2025.10.14-1\thi \nfoo\t1\tii \n") == {"nvlsm"}
+    assert hs.needs_apt_policy(STACK, st) is False
+    st["dpkg"] = dpkg_text(pkgs_versions({"nvidia-fabricmanager-580": "580.178.04" + REV}))
+    assert hs.needs_apt_policy(STACK, st) is True

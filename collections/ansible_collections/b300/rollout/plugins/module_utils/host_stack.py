@@ -143,6 +143,30 @@ def parse_dpkg(text):
     return out
 
 
+def parse_dpkg_holds(text):
+    """Package names dpkg marks hold (``db:Status-Abbrev`` first letter ``h``: what ``apt-mark hold`` sets), so the
+    hold state needs no second command."""
+    out = set()
+    for line in (text or "").splitlines():
+        parts = line.split("\t")
+        if len(parts) >= 3 and parts[2].strip().startswith("h"):
+            out.add(parts[0].split(":")[0])
+    return out
+
+
+def holds_of(state):
+    """Held packages: dpkg's selection state, plus ``apt-mark showhold`` lines when given."""
+    return parse_dpkg_holds(state.get("dpkg")) | set(parse_lines(state.get("holds")))
+
+
+def needs_apt_policy(stack, state):
+    """Whether the plan needs ``apt-cache policy`` (some stack package not installed at its declared version): a host
+    that already has the stack is judged without reading the package lists at all."""
+    installed = parse_dpkg(state.get("dpkg"))
+    return any(not version_matches(installed.get(p["name"]), p["version"])
+               for p in stack_packages(stack, state.get("running_kernel")))
+
+
 def parse_lines(text):
     return [ln.strip() for ln in (text or "").splitlines() if ln.strip()]
 
@@ -328,7 +352,7 @@ def plan(stack, state):
     kernel = state.get("running_kernel")
     pkgs = stack_packages(stack, kernel)
     installed = parse_dpkg(state.get("dpkg"))
-    holds = set(parse_lines(state.get("holds")))
+    holds = holds_of(state)
     policy = parse_apt_policy(state.get("apt_policy"))
     sources = stack.get("apt_source_match") or []
     res = {"install": [], "hold": [], "unhold": [], "remove": [], "modprobe": [], "reboot": False,
@@ -418,7 +442,7 @@ def checks(stack, state):
                             evidence=(state.get("proc_version") or "").splitlines()[0]))
     # 2. packages at the declared version, one version across driver / FM / NVLSM-adjacent packages, held
     installed = parse_dpkg(state.get("dpkg"))
-    holds = set(parse_lines(state.get("holds")))
+    holds = holds_of(state)
     wrong = ["%s %s (declared %s)" % (p["name"], installed.get(p["name"]) or "absent", p["version"]) for p in pkgs
              if not version_matches(installed.get(p["name"]), p["version"])]
     fm_pkgs = [p for p in pkgs if p["group"] == "driver"]

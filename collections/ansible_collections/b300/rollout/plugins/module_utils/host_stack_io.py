@@ -40,8 +40,12 @@ def gather(run, find, stack, root="/", bin_path=(), sysfs_root="/sys"):
     kernels = sorted((os.path.basename(p)[len("vmlinuz-"):] for p in glob.glob(r("boot", "vmlinuz-*"))),
                      key=_kernel_key)
     nxt = kernels[-1] if kernels else running
-    dpkg = run([tool("dpkg-query"), "-W", "-f", "${Package}\t${Version}\t${db:Status-Abbrev}\n"])
     names = [p["name"] for p in hs.stack_packages(stack, running)]
+    dpkg = run([tool("dpkg-query"), "-W", "-f", "${Package}\t${Version}\t${db:Status-Abbrev}\n"])
+    # holds come from dpkg's own selection state (first letter h); apt-cache policy (1-2 s: it reads every package
+    # list) only when a stack package is missing or at another version
+    policy = run([tool("apt-cache"), "policy"] + names) if hs.needs_apt_policy(
+        stack, {"dpkg": dpkg, "running_kernel": running}) else ""
     mods = {}
     modinfo = tool("modinfo")
     for m in stack.get("boot_modules") or []:
@@ -56,8 +60,8 @@ def gather(run, find, stack, root="/", bin_path=(), sysfs_root="/sys"):
                      if vpd_is_sw_mng(os.path.join(ib, d, "device")))
     return {
         "dpkg": dpkg,
-        "holds": run([tool("apt-mark"), "showhold"]),
-        "apt_policy": run([tool("apt-cache"), "policy"] + names),
+        "holds": "",
+        "apt_policy": policy,
         "apt_config": run([tool("apt-config"), "dump"]),
         "proc_modules": _read(r("proc", "modules")),
         "proc_version": _read(r("proc", "driver", "nvidia", "version")),

@@ -8,7 +8,8 @@ DOCUMENTATION = r"""
 module: host_stack_facts
 short_description: Read the NVIDIA + ConnectX host stack, plan what to install/hold/remove and prove it (read-only)
 description:
-  - Reads dpkg and apt-mark state, C(apt-cache policy) of the stack's packages (local package lists only, never the
+  - Reads dpkg state (holds from its selections), C(apt-cache policy) of the stack's packages only when one is missing or
+    at another version (local package lists only, never the
     network), C(apt-config dump), C(/proc/modules), C(/proc/driver/nvidia/version), C(nvidia-smi -q), the fabric
     manager's journal of this boot, C(mokutil --sb-state), the modules of the kernel that boots next (C(modinfo -k)),
     its C(/boot/config-*), C(/etc/modules-load.d) and the C(SW_MNG) mark in C(<sysfs_root>/class/infiniband/*/device/vpd).
