@@ -466,3 +466,34 @@ def test_holds_read_from_dpkg_selection_state_and_no_policy_when_nothing_to_inst
     assert hs.needs_apt_policy(STACK, st) is False
     st["dpkg"] = dpkg_text(pkgs_versions({"nvidia-fabricmanager-580": "580.178.04" + REV}))
     assert hs.needs_apt_policy(STACK, st) is True
+
+
+# ----------------------------------------------------------------------------------------------- the role's files
+def _render(name, **ctx):
+    import jinja2
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(ROOT / "roles" / "host_stack" / "templates")),
+                             trim_blocks=True, undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    return env.get_template(name).render(ansible_managed="managed", host_stack_name="b300-noble-580.173",
+                                         host_stack_declared=STACK, **ctx)
+
+
+def test_apt_preferences_pin_every_versioned_package_above_1000():
+    """apt_preferences(5): Package / Pin: version <glob> / Pin-Priority; > 1000 installs the pinned version even as a
+    downgrade, so a second source's newer build never wins."""
+    text = _render("apt-preferences.j2", ansible_facts={"kernel": K})
+    stanzas = [b for b in text.split("\n\n") if b.startswith("Package:")]
+    pins = {b.splitlines()[0].split(": ", 1)[1]: b.splitlines()[1] for b in stanzas}
+    assert pins["nvidia-fabricmanager-580"] == "Pin: version 580.173.02-*"
+    assert pins["nvlsm"] == "Pin: version 2025.10.14-1"
+    assert pins["linux-modules-nvidia-580-server-open-%s" % K] == "Pin: version 580.173.02-*"
+    assert "linux-modules-extra-%s" % K not in pins   # follows the kernel's own build: not pinned
+    assert all(b.splitlines()[2] == "Pin-Priority: 1001" for b in stanzas)
+
+
+def test_unattended_upgrades_blacklist_renders_and_covers_every_held_package():
+    text = _render("unattended-upgrades-blacklist.j2")
+    patterns = [ln.strip().strip('";') for ln in text.splitlines() if ln.startswith('    "')]
+    assert text.count("Unattended-Upgrade::Package-Blacklist {") == 1 and text.rstrip().endswith("};")
+    held = [p["name"] for p in hs.stack_packages(STACK, K) if p["hold"]]
+    assert hs._unattended_covered(held, patterns) == []
+    assert hs._unattended_covered(["linux-image-6.8.0-62-generic"], patterns) == ["linux-image-6.8.0-62-generic"]
