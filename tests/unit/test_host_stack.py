@@ -181,7 +181,17 @@ def healthy_state():
             'Unattended-Upgrade::Package-Blacklist:: "%s";\n' % p for p in STACK["unattended_upgrades"]["blacklist"]),
         "modules_load": {"b300-host-stack.conf": "mlx5_ib\nib_umad\n"},
         "sw_mng_devices": ["mlx5_8"], "unattended_upgrades_installed": True,
+        "nvlink_s": nvlink_s(),
     }
+
+
+def nvlink_s(n=8, speed="53.125 GB/s", down=()):
+    """`nvidia-smi nvlink -s` in the real format of sandbox/hwemu/real/nvidia-h200x2-vm/nvlink-s.txt (tab, Link N)."""
+    out = []
+    for g in range(n):
+        out.append("GPU %d: NVIDIA B300 SXM6 AC (UUID: GPU-00000000-0000-0000-0000-00000000000%d)" % (g, g))
+        out += ["\t Link %d: %s" % (i, "<inactive>" if (g, i) in down else speed) for i in range(18)]
+    return "\n".join(out) + "\n"
 
 
 def verdicts(state, stack=STACK):
@@ -195,7 +205,7 @@ def test_healthy_host_every_check_passes_and_plan_is_empty():
         "driver_open_flavour": "pass", "packages_declared": "pass", "driver_fm_same_version": "pass",
         "packages_held": "pass", "unattended_upgrades_away": "pass", "modules_loaded": "pass",
         "modules_at_boot": "pass", "sw_mng_bridge": "pass", "fabric_manager_journal": "pass", "nvlsm_journal": "pass",
-        "fabric_state": "pass", "persistence": "pass", "gdr_path": "pass", "next_kernel_modules": "pass"}
+        "fabric_state": "pass", "nvlink_speed": "pass", "persistence": "pass", "gdr_path": "pass", "next_kernel_modules": "pass"}
     assert v["fabric_state"]["found"] == ("8 GPUs Completed/Success, ClusterUUID 7d3c9a52-1f0e-4a6b-9c41-0b2e8f6a7d10, "
                                           "CliqueId 0")
     assert v["gdr_path"]["found"].startswith("dma_buf")
@@ -379,7 +389,7 @@ def test_missing_sw_mng_bridge_fails_on_nvl5():
 def test_every_stack_is_complete_and_cited():
     for name, s in STACKS.items():
         for key in ("driver", "packages", "apt_source_match", "loaded_modules", "modules_load_at_boot", "boot_modules",
-                    "gdr", "doca", "unattended_upgrades", "conflicting_packages", "source"):
+                    "gdr", "doca", "unattended_upgrades", "conflicting_packages", "source", "nvlink"):
             assert key in s, "%s: %s missing" % (name, key)
         assert s["driver"]["flavour"] == "open" and s["driver"]["source"]
         assert all(p.get("source") for p in s["packages"]), name
@@ -497,3 +507,14 @@ def test_unattended_upgrades_blacklist_renders_and_covers_every_held_package():
     held = [p["name"] for p in hs.stack_packages(STACK, K) if p["hold"]]
     assert hs._unattended_covered(held, patterns) == []
     assert hs._unattended_covered(["linux-image-6.8.0-62-generic"], patterns) == ["linux-image-6.8.0-62-generic"]
+
+
+def test_nvlink_link_down_or_slow_fails_real_h200_format(real_fixtures):
+    st = healthy_state()
+    st["nvlink_s"] = nvlink_s(down={(5, 3), (5, 11)})
+    f = verdicts(st)["nvlink_speed"]
+    assert f["verdict"] == "fail" and f["found"] == "GPU 5: 16 of 18 links at >= 53.125 GB/s (53.125, inactive)"
+    # the real H200 NVLink 4 capture: 18 links at 26.562 GB/s each, below the B300's 53.125
+    st["nvlink_s"] = (real_fixtures / "nvidia-h200x2-vm" / "nvlink-s.txt").read_text()
+    f = verdicts(st)["nvlink_speed"]
+    assert f["verdict"] == "fail" and f["found"].startswith("GPU 0: 0 of 18 links at >= 53.125 GB/s (26.562)")

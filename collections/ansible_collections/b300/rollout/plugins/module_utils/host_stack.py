@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.b300.rollout.plugins.module_utils.gpu_topology import parse_nvlink_status
+
 STATE_KEYS = ("dpkg", "holds", "proc_modules", "proc_version", "smi_q", "fm_journal", "sb_state", "running_kernel",
               "next_kernel", "next_kernel_modules", "kernel_config", "apt_config", "apt_policy", "modules_load",
-              "sw_mng_devices", "unattended_upgrades_installed")
+              "sw_mng_devices", "unattended_upgrades_installed", "nvlink_s")
 
 # --------------------------------------------------------------------------------------------------- parsers
 PROC_OPEN_RE = re.compile(r"NVRM version: NVIDIA UNIX Open Kernel Module for (\S+)\s+(\d+\.\d+(?:\.\d+)?)\s")
@@ -535,6 +537,7 @@ def checks(stack, state):
                             "NVLSM master on the management port", None if ok else
                             "install nvlsm, check ib_umad and the SW_MNG port, restart nvidia-fabricmanager"))
     out.append(fabric_check(parse_smi_q(state.get("smi_q")), nvl5))
+    out.append(nvlink_check(stack, state.get("nvlink_s"), nvl5))
     out.append(persistence_check(parse_smi_q(state.get("smi_q"))))
     out.append(gdr_check(stack, pv, loaded, state.get("kernel_config")))
     out += [f for f in next_kernel_findings(stack, state)]
@@ -572,6 +575,31 @@ def fabric_check(smi, nvl5):
     (uuid, clique), = ids
     return _finding("fabric_state", "pass", "%d GPUs Completed/Success, ClusterUUID %s, CliqueId %s" % (
         len(gpus), uuid, clique), "every GPU Completed/Success in one clique", None)
+
+
+def nvlink_check(stack, nvlink_s, nvl5):
+    """``nvidia-smi nvlink -s`` (parsed by gpu_topology.parse_nvlink_status): every GPU has the declared number of
+    links up at the declared speed (HGX B300: 18 x 53.125 GB/s, host-stack-facts.md Addenda)."""
+    want = stack.get("nvlink") or {}
+    links = parse_nvlink_status(nvlink_s)
+    if not nvl5:
+        return _finding("nvlink_speed", "skip", "not an NVLink 5 platform", "NVLink 5 platforms only", None)
+    if not links:
+        return _finding("nvlink_speed", "fail", "nvidia-smi nvlink -s printed no GPU", "%s links x %s GB/s per GPU" % (
+            want.get("links_per_gpu"), want.get("link_gbps")), "check the driver and the fabric (fabric_state)")
+    bad = []
+    for gpu, per in sorted(links.items()):
+        up = [s for s in per.values() if s is not None and s >= float(want.get("link_gbps") or 0)]
+        if len(up) < int(want.get("links_per_gpu") or 0):
+            bad.append("GPU %d: %d of %d links at >= %s GB/s (%s)" % (
+                gpu, len(up), len(per), want.get("link_gbps"),
+                ", ".join(sorted({"%s" % ("inactive" if s is None else s) for s in per.values()}))))
+    return _finding("nvlink_speed", "fail" if bad else "pass",
+                    "; ".join(bad) if bad else "%d GPUs x %s links at %s GB/s" % (
+                        len(links), want.get("links_per_gpu"), want.get("link_gbps")),
+                    "%s links x %s GB/s per GPU" % (want.get("links_per_gpu"), want.get("link_gbps")),
+                    "nvidia-smi nvlink -e for errors; reset the GPU or reseat/replace (a link down is hardware)"
+                    if bad else None)
 
 
 def persistence_check(smi):

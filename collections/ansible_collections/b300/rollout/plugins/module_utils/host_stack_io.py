@@ -66,6 +66,7 @@ def gather(run, find, stack, root="/", bin_path=(), sysfs_root="/sys"):
         "proc_modules": _read(r("proc", "modules")),
         "proc_version": _read(r("proc", "driver", "nvidia", "version")),
         "smi_q": run([tool("nvidia-smi", bin_path), "-q"]),
+        "nvlink_s": run([tool("nvidia-smi", bin_path), "nvlink", "-s"]),
         "fm_journal": run([tool("journalctl"), "-b", "--no-pager", "-o", "short", "-n", "5000", "-u",
                            "nvidia-fabricmanager", "-u", "nvidia-nvlsm"]),
         "sb_state": run([tool("mokutil", bin_path), "--sb-state"]),
