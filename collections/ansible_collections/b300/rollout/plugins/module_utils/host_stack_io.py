@@ -29,7 +29,9 @@ def _kernel_key(release):
 
 def gather(run, find, stack, root="/", bin_path=(), sysfs_root="/sys"):
     """The host's state as texts. ``next_kernel``: the newest /boot/vmlinuz-* (GRUB's default on Ubuntu/Debian),
-    else the running kernel."""
+    else the running kernel. The journal: this boot's last 20000 lines of the fabric manager's unit (its start script
+    also runs NVLSM, whose lines land there; ``nvidia-nvlsm`` is read too where a separate unit exists); a chattier
+    fabric manager pushes the start's success line out and the check fails saying so, never passes blind."""
     def r(*parts):
         return os.path.join(root, *parts)
 
@@ -67,7 +69,7 @@ def gather(run, find, stack, root="/", bin_path=(), sysfs_root="/sys"):
         "proc_version": _read(r("proc", "driver", "nvidia", "version")),
         "smi_q": run([tool("nvidia-smi", bin_path), "-q"]),
         "nvlink_s": run([tool("nvidia-smi", bin_path), "nvlink", "-s"]),
-        "fm_journal": run([tool("journalctl"), "-b", "--no-pager", "-o", "short", "-n", "5000", "-u",
+        "fm_journal": run([tool("journalctl"), "-b", "--no-pager", "-o", "short", "-n", "20000", "-u",
                            "nvidia-fabricmanager", "-u", "nvidia-nvlsm"]),
         "sb_state": run([tool("mokutil", bin_path), "--sb-state"]),
         "running_kernel": running, "next_kernel": nxt, "next_kernel_modules": mods,
