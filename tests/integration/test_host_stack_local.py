@@ -3,8 +3,12 @@
 This controller has none of the declared stack's packages in its apt lists, which is exactly the "not offered by the
 declared source" trap on a real host without the mirror: the stage prints its plan, then refuses before touching
 anything, naming the host, the package and the fix. With host_stack_enabled false (the sandbox inventory's value) the
-stage ends each host in one task. ~10 s, no fleet.
+stage ends each host in one task. And the on-call audit (playbooks/firmware_audit.yml) on a PRIVATE copy of the
+emulated hardware (sandbox/hwemu, SYNTHESIZED, scenario healthy): with the stage on it reads the same proof read-only
+and reports each failing check as a finding (exit code 2); off, the report is the NICs' and GPUs' alone. ~40 s.
 """
+import json
+import shutil
 import os
 import pathlib
 import subprocess
@@ -46,3 +50,47 @@ def test_stage_off_ends_the_host_in_one_task(tmp_path):
     out = p.stdout + p.stderr
     assert p.returncode == 0, out[-2000:]
     assert "host_stack :" not in out and "b300a" in out
+
+
+@pytest.fixture(scope="module")
+def emu(tmp_path_factory):
+    t = tmp_path_factory.mktemp("hsaudit")
+    shutil.copytree(ROOT / "sandbox" / "hwemu", t / "emu", ignore=shutil.ignore_patterns("__pycache__"))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_CACHE_PLUGIN="memory", NO_COLOR="1",
+               ANSIBLE_FORCE_COLOR="0", HWEMU_HOSTNAME="b300b", PATH="%s:%s" % (VENV_BIN, os.environ.get("PATH", "")))
+    subprocess.run([str(t / "emu" / "bin" / "hwemu-scenario"), "healthy"], check=True, capture_output=True, env=env)
+    return t, env
+
+
+def audit(emu, enabled):
+    t, env = emu
+    inv = t / ("inv-%s" % enabled)
+    shutil.copytree(ROOT / "inventory" / "sandbox" / "group_vars", inv / "group_vars")
+    (inv / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {"hosts": {"b300b": {
+        "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}}}))
+    with open(inv / "group_vars" / "all.yml", "a") as fh:
+        fh.write("\n" + yaml.safe_dump({"hw_bin_path": str(t / "emu" / "bin"), "hw_sysfs_root": str(t / "emu" / "sys"),
+                                        "host_stack_enabled": enabled, "audit_become": False}))
+    rep = t / ("rep-%s" % enabled)
+    p = subprocess.run([str(VENV_BIN / "ansible-playbook"), "-i", str(inv), "playbooks/firmware_audit.yml",
+                        "-e", "audit_report_dir=%s" % rep, "-e", "audit_report_name=a"],
+                       cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=300)
+    assert (rep / "a.json").exists(), (p.stdout + p.stderr)[-3000:]
+    return json.loads((rep / "a.json").read_text()), (rep / "a.md").read_text(), (rep / "a.json").parent
+
+
+def test_audit_reads_the_host_stack_proof_read_only(emu):
+    rep, md, _ = audit(emu, True)
+    host = rep["hosts"]["b300b"]
+    assert host["host_stack"]["failures"], host
+    assert any(m.startswith("b300b: host_stack check packages_declared failed") for m in host["messages"])
+    assert rep["summary"]["failing"] == ["b300b"] and rep["summary"]["exit_code"] == 2
+    assert "host_stack check packages_declared failed" in md
+    # the SW_MNG bridge of the emulated host is seen by the proof and left out of the NIC verdicts
+    assert not any(m.startswith("b300b: host_stack check sw_mng_bridge") for m in host["messages"])
+    assert [r["verdict"] for r in rep["nic_rows"] if r["device"] == "mlx5_8"] == ["ignored"]
+
+
+def test_audit_without_the_stage_is_the_nics_and_gpus_alone(emu):
+    rep, md, _ = audit(emu, False)
+    assert "host_stack" not in rep["hosts"]["b300b"] and rep["summary"]["exit_code"] == 0, rep["summary"]
