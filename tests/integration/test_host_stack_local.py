@@ -94,3 +94,54 @@ def test_audit_reads_the_host_stack_proof_read_only(emu):
 def test_audit_without_the_stage_is_the_nics_and_gpus_alone(emu):
     rep, md, _ = audit(emu, False)
     assert "host_stack" not in rep["hosts"]["b300b"] and rep["summary"]["exit_code"] == 0, rep["summary"]
+
+
+# ----------------------------------------------------------------------------------------------- real apt, stand-ins
+def test_plan_resolves_exact_versions_from_real_apt_against_the_stand_in_repositories(tmp_path):
+    """sandbox/hoststack_repo/build.py builds the stand-in packages (real names and versions) and a second source
+    offering the driver group at 580.178.04; REAL apt (private state, no network: file: repositories) answers
+    `apt-cache policy`, and the plan installs the declared builds from the declared source, in order, noting the newer
+    one it pins away."""
+    if not (shutil.which("dpkg-deb") and shutil.which("apt-get")):
+        pytest.skip("needs dpkg-deb and apt-get (Debian/Ubuntu controller)")
+    sys.path.insert(0, str(ROOT / "sandbox" / "hoststack_repo"))
+    import build
+    from ansible_collections.b300.rollout.plugins.module_utils import host_stack as hs
+    kernel = "6.1.0-99-amd64"
+    build.build(str(tmp_path / "main"), kernel)
+    build.build(str(tmp_path / "cuda"), kernel, variant="newer")
+    (tmp_path / "sources.list").write_text("deb [trusted=yes] file:%s/main ./\ndeb [trusted=yes] file:%s/cuda ./\n" % (
+        tmp_path, tmp_path))
+    (tmp_path / "status").write_text("")
+    opts = []
+    for k, v in (("Dir::State", tmp_path / "state"), ("Dir::State::status", tmp_path / "status"),
+                 ("Dir::Etc::SourceList", tmp_path / "sources.list"), ("Dir::Etc::SourceParts", tmp_path / "none"),
+                 ("Dir::Etc::Preferences", tmp_path / "none.pref"), ("Dir::Etc::PreferencesParts", tmp_path / "none"),
+                 ("Dir::Cache", tmp_path / "cache"), ("Debug::NoLocking", "1"), ("APT::Sandbox::User", "root")):
+        opts += ["-o", "%s=%s" % (k, v)]
+    (tmp_path / "state" / "lists" / "partial").mkdir(parents=True)
+    (tmp_path / "cache" / "archives" / "partial").mkdir(parents=True)
+    subprocess.run(["apt-get"] + opts + ["update"], check=True, capture_output=True, text=True, timeout=120)
+    stack = yaml.safe_load((ROOT / "roles" / "host_stack" / "vars" / "stacks.yml").read_text())[
+        "host_stack_stacks"]["b300-noble-580.173"]
+    names = [p["name"] for p in hs.stack_packages(stack, kernel)]
+    policy = subprocess.run(["apt-cache"] + opts + ["policy"] + names, check=True, capture_output=True, text=True,
+                            timeout=120).stdout
+    assert "580.178.04" in policy and "580.173.02-0b300standin1" in policy
+    stack = dict(stack, apt_source_match=["%s/main" % tmp_path])
+    booted = {"running_kernel": kernel, "next_kernel": kernel, "dpkg": "", "apt_policy": policy, "next_kernel_modules": {
+        m: {"path": "/lib/modules/%s/%s.ko" % (kernel, m), "signer": None} for m in ("nvidia", "mlx5_ib", "ib_umad")}}
+    p = hs.plan(stack, booted)
+    assert p["refusals"] == [], p["refusals"]
+    assert p["install"] == ["linux-modules-extra-%s=1.0-0b300standin1" % kernel,
+                            "linux-modules-nvidia-580-server-open-%s=580.173.02-0b300standin1" % kernel,
+                            "nvidia-driver-580-server-open=580.173.02-0b300standin1",
+                            "nvidia-fabricmanager-580=580.173.02-0b300standin1",
+                            "libnvidia-nscq-580=580.173.02-0b300standin1", "nvlsm=2025.10.14-1",
+                            "infiniband-diags=1.0-0b300standin1"]
+    assert any(n.startswith("nvidia-fabricmanager-580: a source offers newer 580.178.04-0b300standin1") for n in
+               p["notes"])
+    # the declared source without the mirror: refused, naming the fix
+    p = hs.plan(dict(stack, apt_source_match=["offline-mirror.local"]), booted)
+    assert p["install"] == [] and len(p["refusals"]) == 7
+    assert all("not offered by the declared source (offline-mirror.local)" in r for r in p["refusals"])
