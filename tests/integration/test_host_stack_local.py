@@ -5,7 +5,7 @@ declared source" trap on a real host without the mirror: the stage prints its pl
 anything, naming the host, the package and the fix. With host_stack_enabled false (the sandbox inventory's value) the
 stage ends each host in one task. And the on-call audit (playbooks/firmware_audit.yml) on a PRIVATE copy of the
 emulated hardware (sandbox/hwemu, SYNTHESIZED, scenario healthy): with the stage on it reads the same proof read-only
-and reports each failing check as a finding (exit code 2); off, the report is the NICs' and GPUs' alone. ~40 s.
+and reports each failing check as a finding (exit code 2); off, the report is the NICs' and GPUs' alone. The file: ~50 s.
 """
 import json
 import shutil
