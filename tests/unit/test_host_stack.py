@@ -428,6 +428,7 @@ def test_module_reads_a_tree_read_only_in_check_mode(tmp_path):
     f = res["ansible_facts"]["host_stack"]
     v = {c["check"]: c for c in f["checks"]}
     assert v["driver_open_flavour"]["verdict"] == "pass" and v["fabric_state"]["verdict"] == "pass"
+    assert f["verdicts"] == {c["check"]: c["verdict"] for c in f["checks"]}
     assert v["modules_at_boot"]["verdict"] == "pass" and f["sw_mng_devices"] == ["mlx5_1"]
     assert v["packages_declared"]["verdict"] == "fail"
     assert f["plan"]["refusals"] and f["plan"]["install"] == []

@@ -84,6 +84,7 @@ def report(stack, state, host):
     results = hs.checks(stack, state)
     return {
         "plan": hs.plan(stack, state), "checks": results, "summary": hs.summary(results),
+        "verdicts": {r["check"]: r["verdict"] for r in results},
         "failures": hs.failures(host, results),
         "running_kernel": state["running_kernel"], "next_kernel": state["next_kernel"],
         "secure_boot": hs.parse_sb_state(state["sb_state"]), "sw_mng_devices": state["sw_mng_devices"],

@@ -60,7 +60,7 @@ ansible_facts:
         of those five,
         reboot - bool, reboot_reasons, refusals - non-empty means change nothing, notes), checks (check, verdict -
         pass, fail, warn or skip, found, expected, fix, evidence), summary (one line per check - check, verdict,
-        found), failures (one line per failing check - host, check, found, expected, fix),
+        found), verdicts (check -> verdict), failures (one line per failing check - host, check, found, expected, fix),
         running_kernel, next_kernel, secure_boot (true, false or null) and sw_mng_devices.
       type: dict
       returned: always
