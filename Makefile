@@ -10,7 +10,7 @@ N ?= 2
 PROFILE ?= kimi_k3
 SANDBOX_INV := inventory/sandbox
 
-.PHONY: help deps venv image wheelhouse sandbox sandbox-down demo test lint sanity unit parser integration integration-fleet integration-controller molecule thermal audit reliability ee acceptance plan host-stack-plan
+.PHONY: help deps venv image wheelhouse sandbox sandbox-down demo test lint sanity unit parser integration integration-fleet integration-controller molecule thermal audit reliability ee acceptance plan host-stack-plan sweep quality-gate
 
 help:
 	@echo "make demo      bring up the sandbox (2 emulated B300 hosts) and run site.yml -l b300a,b300b on it (PROFILE=kimi_k3|glm52_pd)"
@@ -78,6 +78,15 @@ acceptance: venv  ## go-live acceptance of PROFILE (seed traffic through the rou
 	$(if $(INV),,tools/acceptance/client_venv.sh && sandbox/fleet.sh up $(N) && tools/build-wheelhouse.sh && \
 	  ansible-playbook playbooks/sglang_deploy.yml -i $(SANDBOX_INV) -l b300a,b300b -e sglang_profile=$(PROFILE) &&) \
 	ansible-playbook playbooks/acceptance.yml -i $(or $(INV),$(SANDBOX_INV)) -l b300a,b300b -e sglang_profile=$(PROFILE)
+
+sweep: venv  ## after the acceptance run: the concurrency sweep through URL=<router> (knee, plan not applied; artifacts/sweep/); ARGS="--workers 2 ..."
+	$(if $(URL),,$(error URL=http://<router>:<port> is required (the sandbox's kimi_k3 router: http://10.89.30.11:30080)))
+	$(PY) tools/sweep --url $(URL) --profile $(PROFILE) $(ARGS)
+
+quality-gate: venv  ## the quality gate per task type through URL=<router>: BASELINE=<file> checks against it, without BASELINE records one
+	$(if $(URL),,$(error URL=http://<router>:<port> is required (the sandbox's kimi_k3 router: http://10.89.30.11:30080)))
+	$(PY) tools/quality-gate $(if $(BASELINE),check --baseline $(BASELINE),record --out artifacts/quality-gate/baseline-$(PROFILE).json \
+	  --identity profile=$(PROFILE)) --url $(URL) $(ARGS)
 
 reliability: sandbox wheelhouse  ## rolling restart / version change / faults under load on the sandbox (~30 min)
 	$(PY) tools/reliability.py

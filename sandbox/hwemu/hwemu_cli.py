@@ -494,7 +494,7 @@ def flint(argv, tool="flint"):
             die("-E- Missing image argument (-i)", 1)
         if not yes:
             die("-E- %s burn: interactive prompt not emulated, pass -y" % tool, 1)
-        so, se, rc = fwtools.burn(root_dir(), st, n, fwtools.image(img_path), boot_epoch())
+        so, se, rc = fwtools.burn(root_dir(), st, n, fwtools.image(img_path), boot_epoch(), tool=tool)
         out(so)
         if se:
             sys.stderr.write(se)
@@ -521,7 +521,7 @@ def mlxfwreset(argv):
     if any(a in ("r", "reset") for a in argv):
         if not any(a in ("-y", "--yes") for a in argv):
             die("-E- mlxfwreset reset: interactive prompt not emulated, pass -y", 1)
-        so, se, rc = fwtools.reset(root_dir(), n, int(level) if level is not None else None)
+        so, se, rc = fwtools.reset(root_dir(), n, int(level) if level is not None else None, dev)
         out(so)
         if se:
             sys.stderr.write(se)

@@ -861,6 +861,12 @@ def render_ibv_devinfo(st, only=None):
 
 
 def render_mlxfwmanager(st):
+    """`mlxfwmanager --query`: the layout of real captures (tests/fixtures/real-world/mlxfwmanager/, SOURCES.md there):
+    `Device #N:` / `----------` / blank, two-space keys with the value at column 20, `Base GUID` and `Base MAC` (an
+    NDR IB-mode ConnectX-7 on 28.47 prints both: cx7_mlxup_pci_pending.txt; the MAC is the GUID without its middle
+    `0300`), the Versions rows, a blank line, `Status:`, a blank line before the next device. The `---------` line
+    real tools print only once, before `Found N device(s) requiring firmware update...` of an update run, which the
+    emulator does not do (two_cx7_mst_ethernet_same_psid.txt). Values are emulator-made."""
     out = ["Querying Mellanox devices firmware ...", ""]
     for i, n in enumerate(st["nics"], 1):
         avail = bundled_fw(st, n)
@@ -870,13 +876,14 @@ def render_mlxfwmanager(st):
                 "  Device Type:      %s" % n["device_type"], "  Part Number:      %s" % n["part_number"],
                 "  Description:      %s" % n["description"], "  PSID:             %s" % n["psid"],
                 "  PCI Device Name:  %s" % n["pci"], "  Base GUID:        %s" % n["guid"],
+                "  Base MAC:         %s" % (n["guid"][:6] + n["guid"][10:]),
                 "  Versions:         Current        Available     ",
                 "     FW             %-14s %-14s" % (flashed, avail)]
         if n["fw_flashed"] and n["fw_flashed"] != n["fw"]:
             out.append("     FW (Running)   %-14s %-14s" % (n["fw"], "N/A"))
         out += ["     PXE            3.8.0100       N/A           ", "     UEFI           14.41.0014     N/A           ",
                 "",
-                "  Status:           %s" % status, "", "---------", ""]
+                "  Status:           %s" % status, ""]
     return "\n".join(out)
 
 
@@ -897,9 +904,10 @@ def render_flint_query(st, n):
         out.append("FW Version(Running):   %s" % n["fw"])
     out += ["FW Release Date:       %s" % n["fw_release_date"],
             "Product Version:       %s" % nic_flashed_fw(n),
-            "Rom Info:              type=UEFI Virtio net version=21.4.14 cpu=AMD64,AARCH64",
-            "                       type=UEFI Virtio blk version=22.4.14 cpu=AMD64,AARCH64",
-            "                       type=UEFI version=14.41.14 cpu=AMD64,AARCH64",
+            # a ConnectX lists UEFI and PXE only (real CX7 `flint q`, SOURCES.md of nic-fw-update: "type=UEFI
+            # version=14.36.16 cpu=AMD64,AARCH64" / "type=PXE version=3.7.500 cpu=AMD64"); the Virtio entries are a
+            # BlueField's (real BF3 capture). Emulator-made versions.
+            "Rom Info:              type=UEFI version=14.41.14 cpu=AMD64,AARCH64",
             "                       type=PXE version=3.8.100 cpu=AMD64",
             "Description:           UID                GuidsNumber",
             "Base GUID:             %s        8" % n["guid"],

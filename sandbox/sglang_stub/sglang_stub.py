@@ -21,6 +21,14 @@ Environment knobs (all optional; README.md has the full table):
   SGLANG_STUB_WARMUP_SECONDS  first forward pass in real seconds (scaled; default 2)
   SGLANG_STUB_LATENCY_MS      time each inference request takes (default 0)
   SGLANG_STUB_KV_TRANSFER_MS  time one PD KV transfer takes (default 0)
+  SGLANG_STUB_STEP_MS         the batch step-time model (tools/sweep): one forward step of a small running batch in
+                                sandbox ms (default 0 = off); see StubState.step_s for the model and its source
+  SGLANG_STUB_KNEE_BATCH      running batch where that step turns compute-bound (default 64)
+  SGLANG_STUB_PREFILL_US_PER_TOKEN  prefill time per uncached prompt token, sandbox us (default 0; step model only)
+  SGLANG_STUB_ANSWER_BOOK     JSON question set (tools/quality-gate's format): a prompt found there is answered
+                                with its item's reference answer (tools/quality-gate, docs/go-live-tuning.md)
+  SGLANG_STUB_DEGRADE         TYPE:FRACTION[,...]: that fraction of a task type's answer-book items (rounded up,
+                                chosen by a hash of the item id) answered wrong: one task type made worse
   SGLANG_STUB_FAULT           space/comma separated faults: unhealthy, error500, hang, die_after_load,
                                 unhealthy_after_restart (= unhealthy for a process started after the control file
                                 was written; the process already running stays healthy: a restart that never comes up),
@@ -28,7 +36,8 @@ Environment knobs (all optional; README.md has the full table):
                                 refuse_flag:--NAME (exit 1 at start when argv holds --NAME: a flag it refuses at start)
   SGLANG_STUB_CONTROL_DIR     control directory (default /run/sglang-stub/<port>); files read on every request:
                                 fault, latency_ms, kv_transfer_ms, warmup_seconds, health_forward_ms,
-                                mooncake_transport (replace the env value while present)
+                                mooncake_transport, step_ms, knee_batch, degrade, answer_book (replace the env
+                                value while present)
   SGLANG_STUB_HANG_MAX_SECONDS  a hung request gives up (504) after this long (default 600)
   SGLANG_STUB_INSTANCE_NAME   name in the answer text (default <hostname>:<port> when --host is a wildcard)
   SGLANG_STUB_CHECK_ONLY=1    `serve ARGV` only parses (exit 0 accepted / 2 refused) and starts nothing
@@ -39,7 +48,10 @@ SGL_FORCE_SHUTDOWN, MC_FORCE_TCP, MC_FORCE_HCA.
 
 import argparse
 import collections
+import contextlib
+import hashlib
 import json
+import math
 import os
 import re
 import signal
@@ -434,6 +446,12 @@ class StubState:
                                                                        or "")) if d.strip() and ":" not in d]
         self.sysfs_root = env.get("SGLANG_STUB_SYSFS_ROOT", "/opt/hwemu/sys")
         self.kv_bytes_per_token = int(env.get("SGLANG_STUB_KV_BYTES_PER_TOKEN", "4096"))
+        # go-live tuning (tools/sweep, tools/quality-gate): the running batch under the step-time model (requests past
+        # --max-running-requests wait, as in the scheduler's waiting queue) and the answer book
+        self.batch = 0
+        self.batch_slots = threading.BoundedSemaphore(self.max_running_requests)
+        self.answer_book = load_answer_book(env.get("SGLANG_STUB_ANSWER_BOOK"))
+        self._book_file = (None, {})         # (mtime, book) of the control file answer_book
 
     # -- time ----------------------------------------------------------------------------------------------------
     def real(self, seconds):
@@ -489,6 +507,104 @@ class StubState:
 
     def kv_transfer_s(self):
         return self._ms_knob("kv_transfer_ms", "SGLANG_STUB_KV_TRANSFER_MS")
+
+    def step_model(self):
+        """(step_s, knee_batch) of the batch step-time model, or None when SGLANG_STUB_STEP_MS is 0 (off)."""
+        step = self._ms_knob("step_ms", "SGLANG_STUB_STEP_MS")
+        if step <= 0:
+            return None
+        raw = self._control("knee_batch") or self.env.get("SGLANG_STUB_KNEE_BATCH") or "64"
+        try:
+            knee = max(1.0, float(raw))
+        except ValueError:
+            knee = 64.0
+        return step, knee
+
+    def step_s(self):
+        """One forward step of the current running batch B, in sandbox seconds (0 with the model off).
+
+        The roofline model of a decode step (kipply, "Transformer Inference Arithmetic", 2022; Yuan et al., "LLM
+        Inference Unveiled: Survey and Roofline Model Insights", arXiv:2402.16363, 2024): a step takes
+        max(bytes moved / memory bandwidth, FLOPs / peak compute). The bytes (weights, read once per step) barely
+        depend on B; the FLOPs grow linearly with B. So step(B) = step_ms * max(1, B / knee_batch): flat (memory
+        bound, throughput B/step grows linearly) up to knee_batch, then linear (compute bound, throughput flat and
+        every request slower). Simplified: the KV-cache reads that also grow with B and context are left out."""
+        model = self.step_model()
+        if model is None:
+            return 0.0
+        step, knee = model
+        with self.lock:
+            b = self.batch
+        return step * max(1.0, b / knee)
+
+    @contextlib.contextmanager
+    def batch_slot(self):
+        """A place in the running batch under the step model: past --max-running-requests the request waits, like
+        the scheduler's waiting queue (its wait is time to first token)."""
+        if self.step_model() is None:
+            yield
+            return
+        self.batch_slots.acquire()
+        with self.lock:
+            self.batch += 1
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.batch -= 1
+            self.batch_slots.release()
+
+    def prefill_s(self, uncached_tokens):
+        """The prefill forward of the step model: one step plus SGLANG_STUB_PREFILL_US_PER_TOKEN per uncached
+        prompt token (0 with the model off)."""
+        if self.step_model() is None:
+            return 0.0
+        try:
+            per = max(0.0, float(self.env.get("SGLANG_STUB_PREFILL_US_PER_TOKEN") or 0)) / 1e6
+        except ValueError:
+            per = 0.0
+        return self.step_s() + uncached_tokens * per
+
+    def degraded(self):
+        """{task_type: fraction} of SGLANG_STUB_DEGRADE (or the control file `degrade`)."""
+        raw = self._control("degrade")
+        if raw is None:
+            raw = self.env.get("SGLANG_STUB_DEGRADE", "")
+        out = {}
+        for part in re.split(r"[\s,]+", raw):
+            name, _, frac = part.partition(":")
+            try:
+                out[name] = min(1.0, max(0.0, float(frac)))
+            except ValueError:
+                continue
+        return out
+
+    def current_answer_book(self):
+        """The control file `answer_book` (the question set's JSON itself, copied in by the operator: the sandbox
+        hosts' units set no SGLANG_STUB_ANSWER_BOOK), re-read when it changes; else the one of the environment."""
+        path = os.path.join(self.control_dir, "answer_book")
+        try:
+            mtime = os.path.getmtime(path)
+        except OSError:
+            return self.answer_book
+        if self._book_file[0] != mtime:
+            try:
+                with open(path, encoding="utf-8") as fh:
+                    self._book_file = (mtime, answer_book_of(json.load(fh)))
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                log("WARNING", "stub answer_book %s unreadable (%s): ignored" % (path, exc))
+                self._book_file = (mtime, {})
+        return self._book_file[1]
+
+    def book_answer(self, prompt):
+        """The answer-book answer for this prompt, or None when the prompt is not in the book."""
+        item = self.current_answer_book().get(prompt.strip())
+        if item is None:
+            return None
+        frac = self.degraded().get(item["task_type"], 0.0)
+        if frac > 0 and item["rank"] < math.ceil(frac * item["of"]):
+            return WRONG_ANSWER
+        return item["reference"]
 
     def health_forward_s(self):
         return self._ms_knob("health_forward_ms", "SGLANG_STUB_HEALTH_FORWARD_MS", "50")
@@ -711,6 +827,34 @@ def active_hcas(sysfs_root, devices):
     return out
 
 
+WRONG_ANSWER = "I cannot tell from the text given."   # the degraded answer: no overlap with any reference
+
+
+def load_answer_book(path):
+    """{prompt: {reference, task_type, rank, of}} from a question set (tools/quality-gate's JSON: {"items": [{id,
+    task_type, prompt, reference}]}); rank orders a type's items by sha256 of the id (which ones SGLANG_STUB_DEGRADE
+    makes wrong: a fixed, spread choice)."""
+    if not path:
+        return {}
+    with open(path, encoding="utf-8") as fh:
+        return answer_book_of(json.load(fh))
+
+
+def answer_book_of(questions):
+    """load_answer_book's map from the question set itself."""
+    items = questions["items"]
+    by_type = collections.defaultdict(list)
+    for it in items:
+        by_type[it["task_type"]].append(it)
+    book = {}
+    for ttype, its in by_type.items():
+        its = sorted(its, key=lambda it: hashlib.sha256(str(it["id"]).encode()).hexdigest())
+        for rank, it in enumerate(its):
+            book[it["prompt"].strip()] = {"reference": it["reference"], "task_type": ttype, "rank": rank,
+                                          "of": len(its)}
+    return book
+
+
 def count_tokens(text):
     return max(1, len(str(text).split()))
 
@@ -750,7 +894,8 @@ def output_tokens(st, path, body):
     With a reasoning parser and thinking on (chat) the model first thinks, closes the think block, then answers;
     glm45 thinks without a leading <think> (thinks_internally), kimi_k3 starts inside the think channel
     (force_reasoning) and wraps the answer in its response channel."""
-    answer = [("answer", w) for w in st.answer_text().split(" ")]
+    booked = st.book_answer(prompt_of(path, body))
+    answer = [("answer", w) for w in (booked or st.answer_text()).split(" ")]
     if not (path == "/v1/chat/completions" and thinking_enabled(st.reasoning_parser, body)):
         return answer
     n = st.reasoning_tokens()
@@ -1333,12 +1478,17 @@ class Handler(BaseHTTPRequestHandler):
             usage = {"prompt_tokens": p_tokens, "completion_tokens": c_tokens, "total_tokens": p_tokens + c_tokens}
             details = {"device": dev, "host": host}
             latency = st.latency_s() if st.mode != "prefill" else 0.0
-            if stream:
-                status = self._stream(path, body, rid, tokens, usage, latency, cached, details, finish)
-            else:
-                time.sleep(latency)
-                status = self._send(200, self._full_response(path, body, rid, tokens, usage, t0, cached, details,
-                                                             finish))
+            with (st.batch_slot() if st.mode != "prefill" else contextlib.nullcontext()):
+                if st.mode != "prefill":
+                    time.sleep(st.prefill_s(p_tokens - cached))   # step model: the prefill forward (else 0)
+                if stream:
+                    status = self._stream(path, body, rid, tokens, usage, latency, cached, details, finish)
+                else:
+                    time.sleep(latency)
+                    for _ in tokens[1:]:             # step model: one step per token after the first (else 0)
+                        time.sleep(st.step_s())
+                    status = self._send(200, self._full_response(path, body, rid, tokens, usage, t0, cached,
+                                                                 details, finish))
             st.output()
             entry["status"] = status
             entry["cached_tokens"] = cached
@@ -1483,7 +1633,7 @@ class Handler(BaseHTTPRequestHandler):
         sent = []
         prev_kind = None
         for i, (kind, text) in enumerate(tokens):
-            time.sleep(latency / steps)
+            time.sleep(latency / steps + (st.step_s() if i else 0.0))   # the first token came out of the prefill
             st.output()
             piece = text if (i == 0 or kind == "marker" or prev_kind == "marker") else " " + text
             if split and prev_kind == "marker" and kind == "answer":

@@ -136,7 +136,8 @@ FLEET_ORDER = [
     ("test_triage.py", None), ("test_weights.py", None),
     # kimi_k3
     # (test_sglang_deploy first: site.yml's first converge of the fleet, keyless; test_secrets then ADDS a key)
-    ("test_boot_services.py", None), ("test_sglang_deploy.py", "kimi_k3"), ("test_plan.py", None),
+    ("test_boot_services.py", None), ("test_sglang_deploy.py", "kimi_k3"), ("test_host_lock_fleet.py", None),
+    ("test_plan.py", None),
     ("test_reliability.py", None), ("test_rollback.py", None), ("test_secrets.py", None),
     ("test_nic_firmware_update.py", None), ("test_reboot.py", "kimi_k3"), ("test_acceptance.py", "kimi_k3"),
     # glm52_pd

@@ -27,7 +27,7 @@ def play(tmp_path, enabled, *extra):
     inv = tmp_path / ("inv-%s.yml" % enabled)
     inv.write_text(yaml.safe_dump({"all": {"children": {"gpu_nodes": {"hosts": {"b300a": {
         "ansible_connection": "local", "ansible_python_interpreter": sys.executable, "ansible_become": False,
-        "host_stack_enabled": enabled}}}}}}))
+        "host_stack_enabled": enabled, "host_lock_path": str(tmp_path / "lock" / "host.lock")}}}}}}))
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_CACHE_PLUGIN="memory", NO_COLOR="1",
                ANSIBLE_FORCE_COLOR="0", PATH="%s:%s" % (VENV_BIN, os.environ.get("PATH", "")))
     return subprocess.run([str(VENV_BIN / "ansible-playbook"), "-i", str(inv), "playbooks/host_stack.yml", "--check"]

@@ -73,6 +73,120 @@ def test_query_without_fw_version_raises():
         fu.parse_flint_query("-E- Cannot open Device: 0000:5f:00.0. No such file or directory. MFE_CR_ERROR\n")
 
 
+# issue 38: the FS2 (failsafe, "without signatures" + "Restoring signature") flows of real burns are successes
+@pytest.mark.parametrize("name, before, new", [
+    ("cx3_flint_burn_fs2_not_failsafe.txt", "2.35.5100", "2.42.5000"),
+    ("cx3_flint_burn_fs2_same_version.txt", "2.42.5000", "2.42.5000"),
+    ("cx3pro_windows_flint_burn_fs2.txt", "2.42.5700", "2.42.5700"),
+    ("cx2_flint_burn_fs2_trailing_spaces.txt", None, None),
+])
+def test_burn_real_fs2_flows_ok(name, before, new):
+    b = fu.parse_flint_burn(real(name))
+    assert (b["ok"], b["flow"], b["error"], b["flash_before"], b["flash_new"]) == (True, "legacy", None, before, new)
+
+
+def test_burn_real_fs2_stopped_part_way_is_not_ok():
+    b = fu.parse_flint_burn(real("freebsd_flint_ext_burn_fs2_stopped_at_48pct.txt"))
+    assert not b["ok"] and b["flow"] == "legacy" and b["flash_before"] == "2.36.5000"
+    assert b["error"] == "burn did not report success (rc 0)"
+
+
+def test_burn_restoring_signature_alone_is_not_a_success():
+    # one stage OK is not the whole flow: the burn stage itself must have said OK
+    assert not fu.parse_flint_burn("Restoring signature                     - OK\n")["ok"]
+
+
+@pytest.mark.parametrize("name, tool, package, version", [
+    ("mstflint_v_4.6.0_trailing_period.txt", "mstflint", "mstflint", "4.6.0"),
+    ("flint_v_mft_4.36.0-147_trailing_period.txt", "flint", "mft", "4.36.0"),
+    ("mstflint_v_4.33.0_ubuntu.txt", "mstflint", "mstflint", "4.33.0"),
+])
+def test_tool_version_real_lines(name, tool, package, version):
+    v = fu.parse_tool_version(real(name))
+    assert (v["tool"], v["package"], v["version"]) == (tool, package, version)
+
+
+def test_old_mstflint_with_trailing_period_is_judged_by_its_version_not_refused_as_unreadable():
+    c = fu.choose_tool({"flint": None, "mstflint": real("mstflint_v_4.6.0_trailing_period.txt")})
+    assert not c["ok"] and "mstflint 4.6.0 is too old for the ConnectX-8" in c["reason"]
+    assert fu.choose_tool({"flint": real("flint_v_mft_4.36.0-147_trailing_period.txt"), "mstflint": None})["ok"]
+
+
+STAGES_L3 = ["Sending Reset Command To Fw", "Stopping Driver", "Resetting PCI", "Starting Driver", "Restarting MST"]
+
+
+@pytest.mark.parametrize("name, device, mst", [
+    ("cx4_talos_mlxfwreset_level3_minimal_mst_skipped.txt", "04:00.0", "Skipped"),
+    ("cx7_mlxfwreset_level3_mst_device.txt", "/dev/mst/mt4129_pciconf0", "Done"),
+    ("cx6dx_mlxfwreset_l3_requested.txt", "3d:00.1", "Skipped"),
+])
+def test_mlxfwreset_reset_real_level3(name, device, mst):
+    r = fu.parse_mlxfwreset_reset(real(name))
+    assert (r["ok"], r["level"], r["description"], r["device"], r["fw_loaded"], r["reboots_host"], r["error"]) == (
+        True, 3, "Driver restart and PCI reset", device, True, False, None)
+    assert list(r["stages"]) == STAGES_L3 and r["stages"]["Restarting MST"] == mst
+    assert fu.judge_live_reset(r, 3) is None
+    assert "plan asked for level 0" in fu.judge_live_reset(r, 0)
+
+
+def test_mlxfwreset_reset_real_level4_reboots_the_machine_never_live():
+    r = fu.parse_mlxfwreset_reset(real("cx6dx_mstfwreset_level4_warm_reboot.txt"))
+    assert (r["level"], r["description"], r["device"], r["reboots_host"], r["fw_loaded"]) == (
+        4, "Warm Reboot", "4b:00.0", True, False)
+    assert r["stages"] == {"Sending Reset Command To Fw": "Done", "Sending reboot command to machine": "Done"}
+    assert r["ok"]      # the tool did what it was asked: the machine reboots
+    assert "rebooted (or asked to reboot) the machine" in fu.judge_live_reset(r, 4)
+
+
+def test_mlxfwreset_reset_real_unsupported_device_refused():
+    r = fu.parse_mlxfwreset_reset(real("cx3_mlxfwreset_unsupported_device.txt"), rc=1)
+    assert not r["ok"] and r["error"] == "-E- Unsupported Device: /dev/mst/mt4099_pci_cr0 (ConnectX3)."
+    assert fu.judge_live_reset(r, 3) == r["error"]
+
+
+def test_mlxfwreset_reset_rc0_without_the_loaded_line_is_not_ok():
+    text = real("cx7_mlxfwreset_level3_mst_device.txt").replace("-I- FW was loaded successfully.\n", "")
+    r = fu.parse_mlxfwreset_reset(text)
+    assert not r["ok"] and "FW was loaded successfully" in r["error"]
+    failed = real("cx7_mlxfwreset_level3_mst_device.txt").replace("Resetting PCI                           -Done",
+                                                               "Resetting PCI                           -Failed")
+    assert fu.parse_mlxfwreset_reset(failed)["error"] == "stage 'Resetting PCI' failed"
+
+
+@pytest.mark.parametrize("levels, bad", [([3], []), ([0, 3], []), ([], []), ([4], [4]), ([3, 5], [5]), ([2], [2])])
+def test_live_levels_never_reboot_the_host(levels, bad):
+    probs = fu.check_live_levels(levels)
+    assert len(probs) == len(bad)
+    for n, p in zip(bad, probs):
+        assert ("contains %d" % n) in p and "remove %d" % n in p
+    if 4 in bad:
+        assert "Warm Reboot" in probs[0]
+
+
+def test_activation_never_picks_a_reboot_level_even_if_configured():
+    q = fu.parse_mlxfwreset_query(real("bf3_mlxfwreset_query.txt"))     # level 4 (warm reboot) is Supported there
+    act = fu.activation({"mlx5_0": q}, live_levels=(4,))
+    assert act["method"] == "reboot" and act["per_device"]["mlx5_0"]["level"] is None
+
+
+def test_verify_real_fs2_ok_and_wrong_crc():
+    assert fu.parse_flint_verify(real("cx3pro_windows_flint_verify_ok.txt")) == {
+        "ok": True, "reason": "image is bootable (flint verify)"}
+    v = fu.parse_flint_verify(real("cx3pro_windows_flint_verify_wrong_crc.txt"), rc=1)
+    assert v == {"ok": False, "reason": "-E- FW image verification failed: Bad CRC.. AN HCA DEVICE CAN NOT BOOT FROM "
+                                        "THIS IMAGE."}
+    # without the -E- line the failing section itself is the reason (its address token before "- wrong CRC")
+    cut = real("cx3pro_windows_flint_verify_wrong_crc.txt").rsplit("-E-", 1)[0]
+    assert fu.parse_flint_verify(cut, rc=1)["reason"].endswith("(Configuration) /0x000ed39c/ - wrong CRC (exp:0x8e4c, "
+                                                               "act:0x9008)")
+
+
+def test_image_query_real_na_guids():
+    q = fu.parse_flint_query(real("cx4lx_pve_mstflint_image_query_na_guids.txt"))
+    assert q == {"image_type": "FS3", "fw_version": "14.32.1912", "fw_running": None, "release_date": "21.1.2026",
+                 "product_version": "rel-14_32_1912", "psid": "MT_0000000267", "security": None, "base_guid": None}
+
+
 # ------------------------------------------------------------------------------------------ parsers, emulator outputs
 @pytest.fixture()
 def emu(tmp_path):
@@ -244,3 +358,101 @@ def test_report_markdown_and_exit_code(rows):
     bad = fu.host_result("b300b", plan, "burn", "failed", problems=["-E- boom"])
     md, js = fu.render_report([bad], "t2")
     assert js["summary"]["exit_code"] == 2 and "fail-safe" in md
+
+
+# ------------------------------------------------------------------------------------------ issue 35: downgrades
+def test_a_downgrade_is_refused_unless_the_image_entry_allows_that_running_version(rows):
+    newer = _nics(fw3="40.48.1010")
+    plan = fu.plan_devices(newer, rows)
+    assert next(p for p in plan if p["device"] == "mlx5_3")["action"] == "burn"     # the gate alone would burn it
+    img = {"psid": "MT_0000001217", "version": "40.47.1026", "sha256": "a" * 64, "path": "/fw", "where": "host"}
+    p3 = next(p for p in fu.apply_downgrades(plan, [img]) if p["device"] == "mlx5_3")
+    assert p3["action"] == "refuse" and not p3["downgrade"]
+    assert p3["reason"].startswith("DOWNGRADE 40.48.1010 -> 40.47.1026 of mlx5_3") and "refused, nothing changed" in p3["reason"]
+    assert "allow_downgrade_from: ['40.48.1010']" in p3["reason"]
+    other = dict(img, allow_downgrade_from=["40.48.2000"])            # another running version: still refused
+    assert next(p for p in fu.apply_downgrades(fu.plan_devices(newer, rows), [other])
+                if p["device"] == "mlx5_3")["action"] == "refuse"
+    for allowed in ("40.48.1010", ["40.46.1006", "40.48.1010"]):
+        p3 = next(p for p in fu.apply_downgrades(fu.plan_devices(newer, rows), [dict(img, allow_downgrade_from=allowed)])
+                  if p["device"] == "mlx5_3")
+        assert p3["action"] == "burn" and p3["downgrade"] and p3["reason"].startswith("DOWNGRADE 40.48.1010 -> 40.47.1026")
+    up = fu.apply_downgrades(fu.plan_devices(_nics(), rows), [img])     # an upgrade is untouched
+    assert {p["device"]: (p["action"], p["downgrade"]) for p in up}["mlx5_3"] == ("burn", False)
+    md, _ = fu.render_report([fu.host_result("b300b", [p3], "done", "would_update")], "d1", True)
+    assert "| 40.48.1010 | 40.47.1026 | burn DOWNGRADE |" in md and "mlx5_3: DOWNGRADE 40.48.1010 -> 40.47.1026" in md
+
+
+def test_allow_downgrade_from_shape_is_checked():
+    img = {"psid": "P", "version": "40.47.1026", "sha256": "a" * 64, "path": "/fw", "where": "host"}
+    assert fu.check_images_input([dict(img, allow_downgrade_from=["40.48.1010"])]) == []
+    probs = fu.check_images_input([dict(img, allow_downgrade_from=["latest"]), dict(img, allow_downgrade_from=7)])
+    assert len(probs) == 2 and all("allow_downgrade_from" in p for p in probs)
+
+
+# ------------------------------------------------------------------------------------------ issue 35: after a failure
+def test_after_failure_puts_back_only_a_fail_safe_burn_failure():
+    assert fu.after_failure("burn", "burn")["put_back"] is True
+    kept = fu.after_failure("burn", "burn", keep_out=True)
+    assert kept["put_back"] is False and "nic_firmware_update_keep_out_on_failure=true" in kept["reason"]
+    assert fu.after_failure("burn", "locked")["put_back"] is False          # the other run owns the host
+    assert fu.after_failure("burn", "changed")["put_back"] is False
+    assert "what the flash holds is unknown" in fu.after_failure("burn", None)["reason"]
+    for stage in ("activate", "verify", "gate", "nccl", "put_back"):
+        assert fu.after_failure(stage, None)["put_back"] is False
+
+
+def test_resume_command():
+    assert fu.resume_command("b300b") == "tools/fw-update -l b300b"
+    assert fu.resume_command("b300b", "/repo/inventory/sandbox", "/repo") == "tools/fw-update -i inventory/sandbox -l b300b"
+    assert fu.resume_command("b300a", "/tmp/inv", "/repo", maintenance=True) == (
+        "tools/fw-update -i /tmp/inv -l b300a -e nic_firmware_update_maintenance=true")
+
+
+def test_a_failed_burn_says_its_cause_once_and_how_to_resume(rows):
+    dev = _dev(rows)
+    err = "-E- Burning FW image failed: Flash write failed"
+    msg = "mlx5_3 (0000:59:00.0): burn failed: %s. NIC state: %s" % (err, fu.nic_state("burn", dev))
+    r = fu.host_result("b300b", fu.plan_devices(_nics(), rows), "burn", "failed", problems=[msg],
+                       after=dict(fu.after_failure("burn", "burn"), done=True), resume=fu.resume_command("b300b"))
+    md, js = fu.render_report([r], "t3")
+    assert md.count(err) == 1 and md.count("stays on the flash and keeps running") == 1, md
+    assert "service: back in service: the burn is fail-safe" in md and "resume: `tools/fw-update -l b300b`" in md
+    assert js["summary"]["exit_code"] == 2 and js["hosts"][0]["resume"] == "tools/fw-update -l b300b"
+
+
+# ------------------------------------------------------------------------------------------ issue 35: per-NIC lock
+def test_device_lock_refuses_a_second_holder_naming_the_first_and_the_kernel_frees_it(tmp_path):
+    path = fu.lock_path(str(tmp_path / "locks"), "0000:59:00.0")
+    assert path.endswith("/b300-nic-0000:59:00.0.lock")
+    first = fu.DeviceLock(path, {"holder": "nic_firmware_update burn", "run": "fw-update-A by alice"})
+    assert first.acquire() is None
+    held = fu.DeviceLock(path, {"run": "fw-update-B"}).acquire()      # another open file description: refused
+    assert '"run": "fw-update-A by alice"' in held and '"pid": %d' % __import__("os").getpid() in held
+    first.release()
+    again = fu.DeviceLock(path, {"run": "fw-update-B"})
+    assert again.acquire() is None
+    again.release()
+    import subprocess
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; sys.path[:0] = %r\n"
+        "from ansible_collections.b300.rollout.plugins.module_utils import fw_update as fu\n"
+        "assert fu.DeviceLock(%r, {'run': 'killed'}).acquire() is None\nprint('held', flush=True)\ntime.sleep(60)")
+        % (sys.path, path)], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    assert "killed" in fu.DeviceLock(path, {"run": "C"}).acquire()
+    holder.kill()
+    holder.wait()
+    last = fu.DeviceLock(path, {"run": "C"})
+    assert last.acquire() is None                                       # freed by the kernel, no clean-up ran
+    last.release()
+    assert "another run holds the NIC's lock %s" % path in fu.lock_refusal(
+        {"device": "mlx5_3", "pci_address": "0000:59:00.0"}, "burn", held, path)
+
+
+def test_burn_still_needed_under_the_lock(rows):
+    dev = _dev(rows)
+    assert fu.burn_still_needed(dev, {"fw_version": "40.44.1036", "fw_running": None}) is None
+    why = fu.burn_still_needed(dev, {"fw_version": "40.47.1026", "fw_running": "40.44.1036"})
+    assert "changed since this run's plan" in why and "flash 40.47.1026" in why
+    assert "under the lock failed" in fu.burn_still_needed(dev, {"error": "-E- no device"})

@@ -110,7 +110,10 @@ def test_live_reset_where_the_device_supports_it(emu, tmp_path):
     assert rc == 0 and p["plan"]["activation"]["method"] == "live", p
     assert run_module("nic_firmware_update", {"action": "burn", "plan": p["plan"]}, tmp_path)[0] == 0
     rc, a = run_module("nic_firmware_update", {"action": "activate", "plan": p["plan"]}, tmp_path)
-    assert rc == 0 and a["activated"] == [{"device": "mlx5_3", "level": 3, "seconds": a["activated"][0]["seconds"]}]
+    assert rc == 0 and a["activated"] == [{"device": "mlx5_3", "level": 3, "seconds": a["activated"][0]["seconds"],
+                                           "stages": {"Stopping Driver": "Done", "Resetting PCI": "Done",
+                                                      "Sending Reset Command To Fw": "Done", "Starting Driver": "Done",
+                                                      "Restarting MST": "Skipped"}}], a
     assert (emu / "sys" / "class" / "infiniband" / "mlx5_3" / "fw_ver").read_text().strip() == "40.47.1026"
     rc, v = run_module("nic_firmware_update", {"action": "verify", "plan": p["plan"],
                                                "rdma_nics": facts(emu, tmp_path)}, tmp_path)
@@ -130,3 +133,75 @@ def test_report_from_host_entries(emu, tmp_path):
     js = json.loads((tmp_path / "rep" / "latest.json").read_text())
     assert js["hosts"][0]["timings"] == {"take_out_s": 2.0}
     assert "fail-safe" in (tmp_path / "rep" / "run1.md").read_text()
+
+
+# ------------------------------------------------------------------------------------------ issue 35
+def newer_firmware(emu, version="40.48.1010"):
+    """mlx5_3 runs a NEWER image than the matrix's 40.47.1026 (the emulator's fw.json overlay, fwtools.apply_fw_state)."""
+    (emu / "state").mkdir(exist_ok=True)
+    (emu / "state" / "fw.json").write_text(json.dumps({"mlx5_3": {"running": version, "flashed": version}}))
+
+
+def test_a_downgrade_is_refused_in_the_plan_unless_allowed_then_burned_as_a_downgrade(emu, tmp_path):
+    newer_firmware(emu)
+    rc, dev = run_module("nic_firmware_update", {"action": "devices", "rdma_nics": facts(emu, tmp_path), "matrix": ROWS,
+                                                 "host": "b300b", "images": images(tmp_path)}, tmp_path)
+    assert rc == 0 and dev["plan"]["to_burn"] == [], dev      # the role's devices step refuses on these problems
+    assert [p for p in dev["plan"]["problems"] if "DOWNGRADE 40.48.1010 -> 40.47.1026 of mlx5_3" in p and "refused" in p]
+    rc, res = plan(emu, tmp_path, images(tmp_path))
+    assert rc != 0 and "DOWNGRADE 40.48.1010 -> 40.47.1026 of mlx5_3" in res["msg"] and "refused" in res["msg"], res["msg"]
+    assert res["plan"]["to_burn"] == []
+    imgs = [dict(images(tmp_path)[0], allow_downgrade_from=["40.48.1010"])]
+    rc, p = plan(emu, tmp_path, imgs, check=True)
+    assert rc == 0, p["msg"]
+    d3 = next(d for d in p["plan"]["devices"] if d["device"] == "mlx5_3")
+    assert d3["downgrade"] and d3["reason"].startswith("DOWNGRADE 40.48.1010 -> 40.47.1026") and p["plan"]["to_burn"] == ["mlx5_3"]
+    rc, b = run_module("nic_firmware_update", {"action": "burn", "plan": p["plan"], "lock_dir": str(tmp_path / "locks")},
+                       tmp_path)
+    assert rc == 0 and b["burned"][0]["downgrade"] and b["burned"][0]["flash_new"] == "40.47.1026", b
+
+
+def test_a_held_nic_lock_refuses_the_burn_naming_its_holder(emu, tmp_path):
+    from ansible_collections.b300.rollout.plugins.module_utils import fw_update as fu
+    rc, p = plan(emu, tmp_path, images(tmp_path))
+    assert rc == 0, p
+    lock = fu.DeviceLock(fu.lock_path(str(tmp_path / "locks"), "0000:5f:00.0"), {"run": "fw-update-OTHER by bob"})
+    assert lock.acquire() is None
+    try:
+        rc, b = run_module("nic_firmware_update", {"action": "burn", "plan": p["plan"], "lock_dir": str(tmp_path / "locks")},
+                           tmp_path)
+    finally:
+        lock.release()
+    assert rc != 0 and "another run holds the NIC's lock" in b["msg"] and "fw-update-OTHER by bob" in b["msg"], b["msg"]
+    assert b["failed_device"]["kind"] == "locked" and b["after_failure"]["put_back"] is False
+    assert not (emu / "state" / "burns.log").exists() and not (emu / "state" / "fw.json").exists(), "burned"
+
+
+def test_two_burns_of_one_nic_at_once_burn_it_once(emu, tmp_path, monkeypatch):
+    """Two module runs with the same plan, started together (the emulated burn takes 4 s): one burns, the other is
+    refused - by the NIC's lock while the first burns, or after it by the flash re-read under the lock."""
+    import concurrent.futures
+    rc, p = plan(emu, tmp_path, images(tmp_path))
+    assert rc == 0, p
+    monkeypatch.setenv("HWEMU_BURN_S", "4")
+    args = {"action": "burn", "plan": p["plan"], "lock_dir": str(tmp_path / "locks")}
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        runs = list(pool.map(lambda i: run_module("nic_firmware_update", args, tmp_path / ("r%d" % i)), (1, 2)))
+    ok = [r for rc, r in runs if rc == 0]
+    refused = [r for rc, r in runs if rc != 0]
+    assert len(ok) == 1 and len(refused) == 1, runs
+    assert ok[0]["burned"][0]["flash_new"] == "40.47.1026"
+    assert refused[0]["failed_device"]["kind"] in ("locked", "changed"), refused[0]["msg"]
+    assert "another run" in refused[0]["msg"] and refused[0]["burned"] == []
+    log = (emu / "state" / "burns.log").read_text().split("\n")
+    assert [ln.split()[2:] for ln in log if ln] == [["mlx5_3", "40.47.1026", "start"], ["mlx5_3", "40.47.1026", "end"]]
+
+
+def test_a_failed_burn_returns_put_back_unless_kept_out(emu, tmp_path):
+    rc, p = plan(emu, tmp_path, images(tmp_path))
+    (emu / "state" / "burn_fail").write_text("1\n")
+    for keep, put in ((False, True), (True, False)):
+        rc, b = run_module("nic_firmware_update", {"action": "burn", "plan": p["plan"], "keep_out_on_failure": keep,
+                                                   "lock_dir": str(tmp_path / "locks")}, tmp_path)
+        assert rc != 0 and b["failed_device"]["kind"] == "burn" and b["after_failure"]["put_back"] is put, b
+        assert b["msg"].count("Flash write failed") == 1, b["msg"]

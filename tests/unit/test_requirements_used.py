@@ -22,6 +22,7 @@ PY_USES = {
     "pytest": "import pytest",
     "pytest-xdist": "pytest -q -n auto",   # make unit on every core
     "matplotlib": "import matplotlib",
+    "rouge-score": "from rouge_score import",
     "ansible-builder": "ansible-builder",
 }
 

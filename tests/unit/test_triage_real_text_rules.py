@@ -3,6 +3,7 @@ link events of the kernel log on a device's PCIe path, wrapped messages, probe-t
 lines, probe failures, NCCL's QP / async / communicator / GPU Direct RDMA lines, PyTorch's watchdog, ethtool -S PHY
 counters -- and the ranked cause they give (a link that went down outranks the NCCL errors it causes)."""
 import pathlib
+import re
 
 import yaml
 
@@ -236,5 +237,76 @@ def test_phy_counters_growth_fails_since_boot_warns_fec_corrections_reported():
     assert ("mlx5_4", "phy_counters", "fault", "rx_symbol_err_phy +40 during the triage (10s, live traffic)") in bad(fs)
     gx = tc.phy_counters(tc.parse_ethtool_stats(text("ethtool_stats", "gx10_cx7_lanes_unindented_no_header")))
     fs = tv.nic_phy_counters("mlx5_0", gx, gx, 0, "the triage")
-    assert bad(fs) == [] and [f["summary"] for f in fs] == ["FEC corrections (info)"]
-    assert "rx_corrected_bits_phy 198" in fs[0]["evidence"][0]
+    assert bad(fs) == [] and [f["summary"] for f in fs] == ["FEC corrections (info)",
+                                                           "raw errors before FEC per lane since boot (info)"]
+    assert fs[0]["evidence"] == ["rx_corrected_bits_phy 198"]
+    # the real text: rx_err_lane_0_phy: 6, _1_: 2, _2_: 190, _3_: 0 (a zero lane is not listed)
+    assert fs[1]["evidence"] == ["rx_err_lane_0_phy 6; rx_err_lane_1_phy 2; rx_err_lane_2_phy 190"]
+
+
+def test_per_lane_raw_errors_before_fec_growing_warn_as_mlx5_counters_rst_says():
+    """Issue 38: rx_err_lane_N_phy are raw errors BEFORE FEC (kernel mlx5 counters.rst, type Error: increasing means
+    high BER, traffic might be lost, check with rx_corrected_bits_phy), not FEC corrections: their growth warns."""
+    gx = tc.phy_counters(tc.parse_ethtool_stats(text("ethtool_stats", "gx10_cx7_lanes_unindented_no_header")))
+    grown = dict(gx, rx_err_lane_2_phy=gx["rx_err_lane_2_phy"] + 5000, rx_corrected_bits_phy=gx["rx_corrected_bits_phy"]
+                 + 5000)
+    fs = tv.nic_phy_counters("mlx5_0", gx, grown, 10, "the triage (10s, live traffic)")
+    assert bad(fs) == [("mlx5_0", "phy_counters", "suspect",
+                        "raw errors before FEC on lane 2 +5,000 during the triage (10s, live traffic)")]
+    lane = next(f for f in fs if f["verdict"] == "suspect")
+    assert lane["evidence"] == ["rx_err_lane_2_phy 190 -> 5,190 (+5,000 in 10s); rx_corrected_bits_phy +5,000"]
+    assert "before FEC" in lane["rule"] and "mlxlink" in lane["fix"] and lane["score"] < 30   # never a fault alone
+    # the FEC-corrected bits alone growing stay information (a healthy PAM4 link corrects some)
+    fec = dict(gx, rx_corrected_bits_phy=gx["rx_corrected_bits_phy"] + 5000)
+    assert bad(tv.nic_phy_counters("mlx5_0", gx, fec, 10, "the triage")) == []
+
+
+DMESG_H = ("dmesgH_timer_module_month_stamp_batches", "dmesgH_amdgpu_gpf_wrapped_call_trace")
+
+
+def test_dmesg_human_and_reltime_stamps_are_read():
+    """Issue 38: `dmesg -H` / `--reltime` print `[Mar 3 14:53]` for a batch's first line and `[  +1.000031]` for the
+    rest (real captures): the stamp is split off and the message read, a wrapped message stays one."""
+    lines = text("kmsg", DMESG_H[0]).splitlines()
+    assert tk.split_prefix(lines[0]) == ("Mar 3 14:53", "GOOD NEWS EVERYONE: timer lab1 module loaded")
+    assert tk.split_prefix(lines[1]) == ("+1.000031", "exipred")
+    assert len(tk.logical_lines(text("kmsg", DMESG_H[0]))) == 8
+    gpf = tk.logical_lines(text("kmsg", DMESG_H[1]))
+    assert len(gpf) == 9 - 1 and gpf[0][1].endswith("address 0xd5e5a4ae79d24a32: 0000 [#1] PREEMPT SMP PTI")
+    assert tk.split_prefix("[Dec10 14:32] mlx5_core 0000:5f:00.0: Link down") == (
+        "Dec10 14:32", "mlx5_core 0000:5f:00.0: Link down")
+
+
+def _as_dmesg_h(raw):
+    """The same records as util-linux `dmesg -H` prints them: the first `[Mar 3 14:53]`, the rest `[  +S.UUUUUU]`
+    (the seconds since the record before; dmesg.c prints "[  +0.000000] " for an unchanged stamp)."""
+    out, prev = [], None
+    for ln in raw.splitlines():
+        m = re.match(r"^\[\s*(\d+\.\d+)\](.*)$", ln)
+        if not m:
+            out.append(ln)
+            continue
+        t = float(m.group(1))
+        out.append(("[Mar 3 14:53]" if prev is None else "[%+11.6f]" % (t - prev)).replace("[ +", "[  +") + m.group(2))
+        prev = t
+    return "\n".join(out) + "\n"
+
+
+def test_real_mlx5_logs_read_the_same_through_dmesg_h():
+    """No public `dmesg -H` capture with mlx5 lines exists (kmsg/SOURCES.md): the real mlx5 captures with monotonic
+    stamps, re-stamped as `dmesg -H` prints them, give the same events (kind, device, code) as the original."""
+    stamped = {p.stem: [ln for ln in p.read_text().splitlines() if ln] for p in sorted((FX / "kmsg").glob("*.txt"))}
+    names = [n for n, lines in stamped.items()
+             if len(lines) > 1 and all(re.match(r"^\[\s*\d+\.\d+\] ", ln) for ln in lines)]
+    assert len(names) >= 5, names
+
+    def key(t):
+        return [(e["kind"], e["sub"], e["code"], e["bdf"], e["name"], e["netdev"]) for e in tk.parse(t)]
+
+    seen = 0
+    for n in names:
+        raw = text("kmsg", n)
+        h = _as_dmesg_h(raw)
+        assert "[  +" in h and key(h) == key(raw), n
+        seen += len(key(raw))
+    assert seen >= 5

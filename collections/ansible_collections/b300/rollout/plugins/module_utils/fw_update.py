@@ -15,11 +15,23 @@ Real output formats (tests/fixtures/real-world/nic-fw-update/, SOURCES.md there)
     errors as ``-E- ...`` (``-E- PSID mismatch. The PSID on flash (A) differs from the PSID in the given image (B).``).
   * ``mlxfwreset -d DEV query``: sections ``Reset-levels:``, ``Reset-types (...)``, ``Reset-sync (...)`` of lines
     ``N: description  -Supported|Not Supported  (default)`` (``Not supported`` too).
-  * ``flint --version``: ``flint, mft 4.34.0-145, built on ...``; ``mstflint --version``: ``mstflint, mstflint 4.21.0, ...``.
+  * ``mlxfwreset -d DEV reset -l N -y``: ``Requested reset level for device, DEV:`` / ``N: description`` / the
+    ``-I- <stage> -Done|Skipped`` lines / ``-I- FW was loaded successfully.``; level 4 ends with ``-I- Sending reboot
+    command to machine -Done`` (parse_mlxfwreset_reset, judge_live_reset; levels: LIVE_RESET_LEVELS).
+  * ``flint --version``: ``flint, mft 4.36.0-147. Git SHA Hash: ...`` (older: ``..., built on ...``); ``mstflint
+    --version``: ``mstflint, mstflint 4.33.0, Git SHA Hash: ...`` or ``mstflint 4.6.0. Git SHA ...``.
+  * The FS2/FS3 burn flows print ``Burning FS2 FW image without signatures - OK`` / ``Restoring signature - OK`` and
+    often no ``-I-`` line. docs/triage-real-world.md section 8 lists every form with its source.
 """
 from __future__ import absolute_import, division, print_function
 
+import errno
+import fcntl
+import json
+import os
 import re
+import socket
+import time
 
 from ansible_collections.b300.rollout.plugins.module_utils.fw_matrix import check_device, match_row, parse_fw
 
@@ -34,7 +46,15 @@ TOOL_ORDER = ("flint", "mstflint")   # MFT's flint first (NCO PR #173 moved to i
 STAGES = ("plan", "image", "take_out", "burn", "activate", "verify", "gate", "nccl", "put_back")
 
 _KV = re.compile(r"^([A-Za-z][A-Za-z ()/]*?):\s*(.*?)\s*$")
-_VERSION = re.compile(r"^\s*(flint|mstflint|mlxfwreset|mstfwreset),\s*(mft|mstflint)\s+(\d+)\.(\d+)\.(\d+)(?:[-.](\S+?))?,?(?:\s|$)")
+# the version may be followed by a build number and by punctuation: "mft 4.36.0-147. Git SHA", "mstflint 4.6.0. Git SHA"
+# (real `-v` lines, tests/fixtures/real-world/nic-fw-update/SOURCES.md), "mstflint 4.21.0, Git SHA", "mft 4.34.0-145, built"
+_VERSION = re.compile(r"^\s*(flint|mstflint|mlxfwreset|mstfwreset),\s*(mft|mstflint)\s+(\d+)\.(\d+)\.(\d+)"
+                      r"(?:-(\w+))?[.,;:]*(?:\s|$)")
+# The non-MCC burn flows (mstflint flint/subcommands.cpp burnCbFs2Func / burnCbFs3Func, and MFT's FS4 variant): the
+# progress line "Burning FS2 FW image without signatures - N%" ends as "... - OK", then "Restoring signature - OK".
+_LEGACY_BURN = re.compile(r"^Burning (?:FS\d )?FW image without signatures\b")
+_BURN_STAGE_OK = re.compile(r"^(FSMST_INITIALIZE|Writing .* component|Burning (?:FS\d )?FW image without signatures|"
+                            r"Restoring signature)\s*-\s*OK\s*$")
 _RESET_LINE = re.compile(r"^\s*(\d+):\s*(.*?)\s*-\s*(Supported|Not [Ss]upported)\b\s*(\(default\))?")
 
 
@@ -65,7 +85,7 @@ def parse_flint_query(text):
         if key in keys and out[keys[key]] is None:
             out[keys[key]] = val if val.upper() != "N/A" else None
         elif key == "base guid":
-            out["base_guid"] = val.split()[0] if val else None
+            out["base_guid"] = val.split()[0] if val and val.split()[0].upper() != "N/A" else None   # an image: N/A
     if out["fw_version"] is None:
         raise ValueError("flint query output has no 'FW Version:' line (%s)" % (
             errors[0] if errors else "first line: %r" % ((text or "").strip().splitlines() or [""])[0][:120]))
@@ -76,7 +96,8 @@ def parse_flint_verify(text, rc=0):
     """``flint -i IMG verify`` -> {ok, reason}. ok only with the tool's own success line and rc 0."""
     lines = [ln.strip() for ln in (text or "").splitlines()]
     errs = [ln for ln in lines if ln.startswith("-E-")]
-    bad = [ln for ln in lines if re.search(r"\)\s*-\s*wrong CRC", ln)]
+    # "/0x...-0x... (0x...)/ (NAME) /0x000ed39c/ - wrong CRC (exp:0x8e4c, act:0x9008)" (real CX3 Pro capture)
+    bad = [ln for ln in lines if re.search(r"[)/]\s*-\s*wrong CRC", ln)]
     ok = rc == 0 and any("FW image verification succeeded" in ln for ln in lines) and not errs
     fallback = bad[0] if bad else "no verification success line (rc %s)" % rc
     reason = "image is bootable (flint verify)" if ok else (errs[0] if errs else fallback)
@@ -99,10 +120,9 @@ def parse_flint_burn(text, rc=0):
             out["error"] = ln
         if ln.startswith("FSMST_INITIALIZE"):
             out["flow"] = "mcc"
-        elif ln.startswith("Burning FW image without signatures") and out["flow"] is None:
+        elif _LEGACY_BURN.match(ln) and out["flow"] is None:
             out["flow"] = "legacy"
-    staged = [ln for ln in lines if re.match(r"^(FSMST_INITIALIZE|Writing .* component|Burning FW image without "
-                                             r"signatures|Restoring signature)\s*-\s*OK$", ln)]
+    staged = [ln for ln in lines if _BURN_STAGE_OK.match(ln)]
     loaded = any("To load new FW run" in ln for ln in lines)
     out["needs_activation"] = loaded
     out["ok"] = rc == 0 and out["error"] is None and (loaded or len(staged) >= 2)
@@ -138,6 +158,94 @@ def parse_mlxfwreset_query(text):
         raise ValueError("mlxfwreset query output has no 'Reset-levels:' section (first line: %r)"
                          % ((text or "").strip().splitlines() or [""])[0][:120])
     return out
+
+
+# mlxfwreset / mstfwreset reset levels (mstfwreset(1) of mstflint 4.13-4.33, "Reset levels: 0: Driver, PCI link,
+# network link will remain up ("live-Patch") 3: Driver restart and PCI reset 4: Warm Reboot 5: Cold Reboot"; MFT's
+# mlxfwreset adds 1 for the BlueField ARM side). Levels 4 and 5 reboot the MACHINE (the tool prints "-I- Sending reboot
+# command to machine -Done", real transcript in tests/fixtures/real-world/nic-fw-update/): a "live" activation may use
+# only the levels that keep the host up; a reboot goes through the role's own reboot path (activate.yml), never here.
+LIVE_RESET_LEVELS = {0: "live-Patch: driver, PCI link and network link stay up", 3: "driver restart and PCI reset"}
+HOST_REBOOT_LEVELS = {4: "Warm Reboot (the tool reboots the machine)", 5: "Cold Reboot (the tool power-cycles the machine)"}
+_RESET_HEAD = re.compile(r"^(?:The reset level for device|Minimal reset level for device|Requested reset level for "
+                         r"device),\s*(.+?)(?:\s+is)?\s*:\s*$")
+_RESET_STAGE = re.compile(r"^-I-\s+(\S.*?)\s*-(Done|Skipped|Failed.*?)\s*$")
+
+
+def check_live_levels(levels):
+    """Problems (strings) of nic_firmware_update_live_levels: every entry must be a level that keeps the host up
+    (LIVE_RESET_LEVELS); a level that reboots the machine (4, 5) or any other one is refused with the fix."""
+    probs = []
+    for n in levels or []:     # empty: never a live reset, every activation is a reboot (allowed)
+        if n in LIVE_RESET_LEVELS:
+            continue
+        what = HOST_REBOOT_LEVELS.get(n, "not an mlxfwreset level that keeps the host up")
+        probs.append("nic_firmware_update_live_levels contains %r: level %s is %s. A live activation may use only %s; "
+                     "the host's reboot goes through the role's reboot path (it reboots by itself where no live level "
+                     "is supported): remove %r" % (n, n, what, sorted(LIVE_RESET_LEVELS), n))
+    return probs
+
+
+def parse_mlxfwreset_reset(text, rc=0):
+    """``mlxfwreset -d DEV reset [-l N] -y`` transcript (stdout+stderr) -> {ok, level, description, device, stages,
+    fw_loaded, reboots_host, error}.
+
+    The tool prints a blank line, ``The reset level for device, DEV is:`` (``Minimal ...`` / ``Requested reset level
+    for device, DEV:`` with -l), a blank line, ``N: description``, ``Continue with reset?[y/N] y`` (even with -y),
+    then one ``-I- <stage padded to 40>-Done|Skipped|Failed`` line per stage (mstflint mlxfwreset.py ``"-I- %-40s-"``)
+    and ``-I- FW was loaded successfully.``; level 4 ends with ``-I- Sending reboot command to machine -Done``.
+    ok: rc 0, no ``-E-`` line, no Failed stage and the tool's own end (FW loaded, or the reboot command sent)."""
+    out = {"ok": False, "level": None, "description": None, "device": None, "stages": {}, "fw_loaded": False,
+           "reboots_host": False, "error": None}
+    want_level = False
+    for ln in _strip_prompt(text):
+        s = ln.strip()
+        if not s:
+            continue
+        m = _RESET_HEAD.match(s)
+        if m:
+            out["device"], want_level = m.group(1), True
+            continue
+        if want_level:
+            m = re.match(r"^(\d+):\s*(.+?)\s*$", s)
+            if m:
+                out["level"], out["description"] = int(m.group(1)), m.group(2)
+            want_level = False
+            continue
+        if s.startswith("-E-") and out["error"] is None:
+            out["error"] = s
+            continue
+        m = _RESET_STAGE.match(s)
+        if m:
+            out["stages"][m.group(1)] = m.group(2)
+            if "reboot command to machine" in m.group(1).lower():
+                out["reboots_host"] = True
+            continue
+        if re.match(r"^-I-\s+FW was loaded successfully", s):
+            out["fw_loaded"] = True
+    if out["level"] in HOST_REBOOT_LEVELS:
+        out["reboots_host"] = True
+    failed = [k for k, v in out["stages"].items() if v.startswith("Failed")]
+    if failed and out["error"] is None:
+        out["error"] = "stage %r failed" % failed[0]
+    sent_reboot = any("reboot command" in k.lower() and v == "Done" for k, v in out["stages"].items())
+    out["ok"] = rc == 0 and out["error"] is None and (out["fw_loaded"] or sent_reboot)
+    if not out["ok"] and out["error"] is None:
+        out["error"] = "no '-I- FW was loaded successfully.' line (rc %s)" % rc
+    return out
+
+
+def judge_live_reset(res, level):
+    """None when a parse_mlxfwreset_reset result is the live activation asked for (level `level`, the FW loaded, the
+    host not rebooted), else why not (one line)."""
+    if res["reboots_host"]:
+        return "mlxfwreset rebooted (or asked to reboot) the machine at level %s: a live activation never may" % (
+            res["level"],)
+    if not res["ok"]:
+        return res["error"]
+    if res["level"] is not None and res["level"] != level:
+        return "mlxfwreset ran level %s (%s), the plan asked for level %s" % (res["level"], res["description"], level)
+    return None
 
 
 def parse_tool_version(text):
@@ -245,7 +353,50 @@ def check_images_input(images):
             probs.append("nic_firmware_update_images[%d]: where %r is not controller or host" % (i, img["where"]))
         if img.get("version") and parse_fw(img["version"]) is None:
             probs.append("nic_firmware_update_images[%d]: version %r is not like 40.47.1026" % (i, img["version"]))
+        bad = [v for v in downgrade_from(img) if parse_fw(v) is None]
+        if bad or not isinstance(img.get("allow_downgrade_from", []), (list, str)):
+            probs.append("nic_firmware_update_images[%d]: allow_downgrade_from %r must be a version or a list of "
+                         "versions like 40.48.1010 (the RUNNING versions this older image may replace)"
+                         % (i, img.get("allow_downgrade_from")))
     return probs
+
+
+def downgrade_from(img):
+    """The running versions an image entry explicitly allows to be replaced by its (older) version: the entry's
+    ``allow_downgrade_from`` (one version or a list; absent: none)."""
+    allowed = (img or {}).get("allow_downgrade_from") or []
+    if isinstance(allowed, str):
+        allowed = [allowed]
+    return [str(v) for v in allowed] if isinstance(allowed, list) else []
+
+
+def apply_downgrades(devices, images):
+    """A target OLDER than the version a device runs is a downgrade: refused unless the inventory's image entry for
+    that PSID and target version lists the device's running version in ``allow_downgrade_from``; an allowed one is
+    marked (``downgrade: true``, the reason starts with DOWNGRADE) so the plan, the console and the report say so.
+    Changes and returns ``devices`` (plan_devices items)."""
+    for d in devices:
+        d.setdefault("downgrade", False)
+        if d["action"] not in ("burn", "activate") or not d.get("target"):
+            continue
+        run, tgt = parse_fw(d.get("fw_running")), parse_fw(d["target"])
+        if run is None or tgt is None or tgt >= run:
+            continue
+        entry = pick_image(images, d.get("psid"), d["target"])
+        allowed = [v for v in downgrade_from(entry) if parse_fw(v) == run]
+        what = "DOWNGRADE %s -> %s of %s (%s, PSID %s; matrix row %s)" % (
+            d["fw_running"], d["target"], d["device"], d["pci_address"], d.get("psid"), d.get("row"))
+        if allowed:
+            d["downgrade"] = True
+            d["reason"] = "%s: allowed by nic_firmware_update_images (PSID %s, version %s) allow_downgrade_from %s; %s" % (
+                what, d.get("psid"), d["target"], allowed[0], d["reason"])
+            continue
+        d["action"] = "refuse"
+        d["reason"] = ("%s refused, nothing changed: the target is older than the running firmware. If this rollback "
+                       "is intended, add allow_downgrade_from: ['%s'] to the nic_firmware_update_images entry of PSID %s "
+                       "version %s; otherwise fix the matrix row %s (or nic_firmware_gate_extra_rows) that names the "
+                       "older version" % (what, d["fw_running"], d.get("psid"), d["target"], d.get("row")))
+    return devices
 
 
 STAMPS = ("take_out", "burn", "activate", "activated", "verify", "put_back")
@@ -289,8 +440,9 @@ def check_image(entry, sha256_actual, query, verify, device):
     if not re.match(r"^[0-9a-f]{64}$", want):
         probs.append("%s: image %s has no sha256 pinned in the inventory (64 hex digits)" % (where, entry.get("path")))
     elif sha256_actual != want:
-        probs.append("%s: image %s sha256 %s, inventory pins %s (wrong or damaged file)" % (
-            where, entry.get("path"), sha256_actual, want))
+        probs.append("%s: image %s sha256 %s, inventory pins %s (wrong or damaged file): put the pinned file there, "
+                     "or pin the new file's sha256 once its vendor checksum is checked" % (
+                         where, entry.get("path"), sha256_actual, want))
     if query.get("error"):
         probs.append("%s: `flint -i %s query` failed: %s" % (where, entry.get("path"), query["error"]))
     else:
@@ -319,7 +471,8 @@ def activation(reset_queries, live_levels=(3,)):
             per[dev] = {"level": None, "reason": "mlxfwreset query failed: %s" % q["error"]}
             reboot.append(dev)
             continue
-        lvl = next((n for n in live_levels if (q["levels"].get(n) or {}).get("supported")), None)
+        lvl = next((n for n in live_levels if n in LIVE_RESET_LEVELS and (q["levels"].get(n) or {}).get("supported")),
+                   None)     # a level that reboots the machine is never a live one (check_live_levels refuses it)
         if lvl is None:
             sup = sorted(n for n, x in q["levels"].items() if x["supported"])
             per[dev] = {"level": None, "reason": "mlxfwreset: level(s) %s not supported on %s (supported: %s)" % (
@@ -392,9 +545,9 @@ def nic_state(stage, device, detail=""):
         "take_out": "the NIC is unchanged (running %s); the host may be out of the router: re-run the play (it puts "
                     "the host back once the update passes), or playbooks/rolling_restart.yml to re-add it without the "
                     "update." % device.get("fw_running"),
-        "burn": "the burn failed (%s). flint's burn is fail-safe: the running image %s stays on the flash and keeps "
-                "running; the NIC is usable as before. Do not reboot to 'fix' it; read the error, then re-run "
-                "(`flint -d %s q` shows what is on flash)." % (detail or "see above", device.get("fw_running"), pci),
+        "burn": "the burn failed (its error is above). flint's burn is fail-safe: the running image %s stays on the "
+                "flash and keeps running; the NIC is usable as before. Do not reboot to 'fix' it; fix the error, then "
+                "re-run (`flint -d %s q` shows what is on flash)." % (device.get("fw_running"), pci),
         "activate": "the flash holds %s but the NIC still RUNS %s (pending): the gate refuses this host until it is "
                     "activated. Reboot the host (or `mlxfwreset -d %s reset` where `mlxfwreset -d %s q` lists level 3 "
                     "as supported), then re-run this play to verify and put it back." % (tgt, device.get("fw_running"),
@@ -413,19 +566,121 @@ def nic_state(stage, device, detail=""):
     return texts.get(stage, "unknown stage %s" % stage)
 
 
+def resume_command(host, inventory=None, root=None, maintenance=False):
+    """The command that resumes the update of `host` (the same play: it plans again from what the NICs run now).
+    inventory: the run's inventory source (shown relative to the repository root `root` when inside it)."""
+    if inventory and root and os.path.isabs(inventory):
+        rel = os.path.relpath(inventory, root)
+        inventory = inventory if rel.startswith("..") else rel
+    flag = " -e nic_firmware_update_maintenance=true" if maintenance else ""
+    return "tools/fw-update %s-l %s%s" % ("-i %s " % inventory if inventory else "", host, flag)
+
+
+def after_failure(stage, failure_kind, keep_out=False):
+    """Whether a failed host goes back in service. Only after a FAIL-SAFE burn failure (flint's own error: the old
+    image stays on the flash and keeps running, so the host serves as it did): its units and router membership come
+    back unless keep_out (nic_firmware_update_keep_out_on_failure). Never after a refusal by the per-device lock or a
+    NIC changed by another run (that run owns the host now), nor after a later stage (activation/verify: the NIC's
+    state is not the one that served). Returns {put_back, reason}."""
+    if stage != "burn" or failure_kind != "burn":
+        if stage != "burn":
+            why = "a failure at stage %s leaves the NIC in a state that did not serve before" % stage
+        elif failure_kind in ("locked", "changed"):
+            why = "another run holds or changed this NIC; it owns the host's service state"
+        else:
+            why = "the burn step failed without flint's own (fail-safe) burn error, so what the flash holds is unknown"
+        return {"put_back": False, "reason": "stays out of service: %s" % why}
+    if keep_out:
+        return {"put_back": False, "reason": "kept out of service (nic_firmware_update_keep_out_on_failure=true); "
+                                             "the old image still runs"}
+    return {"put_back": True, "reason": "back in service: the burn is fail-safe, the old image still runs "
+                                        "(nic_firmware_update_keep_out_on_failure=true keeps it out)"}
+
+
+# --------------------------------------------------------------------------------------------- per-device lock
+def lock_path(lock_dir, pci):
+    """The per-device lock file of one NIC: <lock_dir>/b300-nic-<pci>.lock."""
+    return os.path.join(lock_dir, "b300-nic-%s.lock" % str(pci).replace("/", "_"))
+
+
+class DeviceLock(object):
+    """An exclusive flock(2) on a NIC's lock file, held by this process around a burn or a reset and released by the
+    kernel when the process ends (a killed holder frees it). The holder (pid, machine, who/which run, since) is
+    written into the file so a refused caller can name it. The file is never removed (removing a flock'ed file lets a
+    third caller lock a new inode while the first still holds the old one)."""
+
+    def __init__(self, path, holder):
+        self.path = path
+        self.holder = holder
+        self.fd = None
+
+    def acquire(self):
+        """None when held now; else the holder's text (the caller is refused, nothing waits)."""
+        d = os.path.dirname(self.path)
+        if d and not os.path.isdir(d):
+            os.makedirs(d, 0o755)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except (IOError, OSError) as exc:
+            if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                os.close(fd)
+                raise
+            text = os.read(fd, 4096).decode("utf-8", "replace").strip()
+            os.close(fd)
+            return text or "(a holder that has not written its name yet)"
+        doc = dict(self.holder, pid=os.getpid(), machine=socket.gethostname(),
+                   since=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+        os.ftruncate(fd, 0)
+        os.write(fd, (json.dumps(doc, sort_keys=True) + "\n").encode("utf-8"))
+        self.fd = fd
+        return None
+
+    def release(self):
+        if self.fd is not None:
+            os.close(self.fd)     # closing the descriptor drops the flock
+            self.fd = None
+
+
+def lock_refusal(device, what, holder_text, path):
+    """The message of a caller refused by a NIC's lock."""
+    return ("%s (%s): %s refused, nothing done: another run holds the NIC's lock %s: %s. Wait for it to end (its "
+            "report names the result), then re-run: the plan is made again from what the NIC holds then"
+            % (device["device"], device["pci_address"], what, path, holder_text))
+
+
+def burn_still_needed(device, query):
+    """Under the lock, before the burn: is the flash still what the plan saw? query: parse_flint_query of
+    `flint -d PCI q` now (or {'error'}). None when the burn may go on, else why not (another run burned or changed the
+    NIC since this run's plan: burning again would be a second burn of one NIC)."""
+    where = "%s (%s)" % (device["device"], device["pci_address"])
+    if query.get("error"):
+        return "%s: burn refused: `flint -d %s q` under the lock failed (%s); nothing burned" % (
+            where, device["pci_address"], query["error"])
+    running = query.get("fw_running") or query.get("fw_version")
+    flash = query.get("fw_version")
+    seen_flash = device.get("fw_pending") or device.get("fw_running")
+    if parse_fw(running) != parse_fw(device.get("fw_running")) or parse_fw(flash) != parse_fw(seen_flash):
+        return ("%s: burn refused, nothing burned: the NIC changed since this run's plan (plan: running %s, flash %s; "
+                "now: running %s, flash %s) - another run burned or activated it. Re-run: the plan is made again "
+                "from what the NIC holds now" % (where, device.get("fw_running"), seen_flash, running, flash))
+    return None
+
+
 # --------------------------------------------------------------------------------------------- report
 def host_result(host, planned, stage_reached, status, activation_info=None, verify=None, problems=None,
-                timings=None, service=None, tool=None):
-    """One host's entry of the update report."""
+                timings=None, service=None, tool=None, after=None, resume=None):
+    """One host's entry of the update report. after: after_failure's decision and what came of it ({put_back,
+    reason, done, error}); resume: the command that resumes a failed or refused host."""
     devs = []
     for p in planned or []:
         d = dict(p)
         if status in ("failed", "refused") and p["action"] in ("burn", "activate"):
-            d["state"] = nic_state(stage_reached, p, "; ".join(problems or []))
+            d["state"] = nic_state(stage_reached, p)
         devs.append(d)
     return {"host": host, "status": status, "stage": stage_reached, "devices": devs, "activation": activation_info,
             "verify": verify, "problems": list(problems or []), "timings": dict(timings or {}), "service": service,
-            "tool": tool}
+            "tool": tool, "after_failure": after, "resume": resume if status in ("failed", "refused") else None}
 
 
 def render_report(results, run_name, check_mode=False):
@@ -444,7 +699,7 @@ def render_report(results, run_name, check_mode=False):
             a = after.get(d["device"])
             md.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
                 r["host"], d["device"], d["model"], d["pci_address"], d["psid"], d["fw_running"], d.get("target") or "-",
-                d["action"], (a["running"] if a else "-"), d["verdict"]))
+                d["action"] + (" DOWNGRADE" if d.get("downgrade") else ""), (a["running"] if a else "-"), d["verdict"]))
     md.append("")
     for r in hosts:
         act = r.get("activation") or {}
@@ -455,8 +710,17 @@ def render_report(results, run_name, check_mode=False):
             "; activation: %s" % act.get("reason") if act else "",
             "; " + "; ".join(r["problems"]) if r["problems"] else ""))
         for d in r["devices"]:
-            if d.get("state"):
+            if d.get("downgrade"):
+                md.append("  - %s: DOWNGRADE %s -> %s (allowed by allow_downgrade_from)" % (
+                    d["device"], d.get("fw_running"), d.get("target")))
+            if d.get("state") and not any(d["state"] in p for p in r["problems"]):
                 md.append("  - %s: %s" % (d["device"], d["state"]))
+        after = r.get("after_failure") or {}
+        if after:
+            came = (" - FAILED: %s" % after["error"]) if after.get("error") else ""
+            md.append("  - service: %s%s" % (after.get("reason"), came))
+        if r.get("resume"):
+            md.append("  - resume: `%s`" % r["resume"])
         if r.get("timings"):
             md.append("  - timings (s): " + ", ".join("%s %s" % kv for kv in sorted(r["timings"].items())))
     return "\n".join(md) + "\n", {"name": run_name, "hosts": hosts, "summary": summary}

@@ -61,6 +61,67 @@ def check_name(name):
     return None
 
 
+def check_models(host, models):
+    """[problems] of the model list a host module is handed (it re-checks what the controller checked: a name is
+    never trusted on the way): every `rel` and file name a plain relative name (check_name: no '..', no absolute
+    path, no NUL), every `final` an absolute, normalised path."""
+    out = []
+    for m in models or []:
+        rel, final = m.get("rel"), m.get("final")
+        why = check_name(rel) if isinstance(rel, str) else "not a string"
+        if why:
+            out.append("%s: model rel %r: %s; expected a relative path such as org/Model; fix: the inventory's model "
+                       "path (sglang_model_root and the profile's --model-path)" % (host, rel, why))
+        if not isinstance(final, str) or not final.startswith("/") or posixpath.normpath(final) != final \
+                or "\x00" in final:
+            out.append("%s: model directory %r: expected an absolute, normalised path (no '..', no '//', no trailing "
+                       "'/'); fix: sglang_model_root" % (host, final))
+        for name in sorted((m.get("files") or {}), key=str):
+            why = check_name(name)
+            if why:
+                out.append("%s: %s: file name %r in its manifest (%s): %s; nothing was written; fix: the manifest "
+                           "lists names inside the model directory only (tools/weights-manifest writes them)"
+                           % (host, rel, name, m.get("where") or "?", why))
+    return out
+
+
+def probe_message(host, source, rel, bad, files, where):
+    """The refusal before the first byte, from probe results {name: (kind, why)}: files the source lacks or holds
+    with another size, a source that refuses the credentials, or one that does not answer (not called 'lacks')."""
+    listing = [why for kind, why in bad.values() if kind == "listing"]
+    if listing:
+        return ("%s: the source (%s) could not be listed, so none of the files %s needs was checked: %s; nothing was "
+                "written; fix: check that the endpoint answers from this host, the bucket and prefix "
+                "(model_weights_source) and the S3 keys in the vault (model_weights_s3_access_key_id / "
+                "_secret_access_key), then re-run (manifest %s)" % (host, source, rel, listing[0], where))
+    groups = {}
+    for n, (kind, why) in sorted(bad.items()):
+        groups.setdefault(kind, []).append("%s (found: %s; expected %d bytes, sha256 %s)" % (
+            n, why, int(files[n]["size"]), files[n]["sha256"]))
+    out = []
+    heads = {
+        "missing": ("lacks %d of the files %s needs", "put them at the source, or correct the manifest (%s)"),
+        "size": ("holds %d of the files %s needs with another size (a truncated or different copy)",
+                 "replace them at the source with the manifest's files, or correct the manifest (%s)"),
+        "denied": ("refuses %d of the files %s needs (HTTP 401/403: credentials)",
+                   "check model_weights_http_* / the S3 keys in the vault (manifest %s)"),
+        "symlink": ("holds %d of the files %s needs as symlinks (refused: a link may point outside the source)",
+                    "replace the links by the files themselves at the source (manifest %s)"),
+        "network": ("did not answer for %d of the files %s needs after the retries (connection refused, reset or "
+                    "timed out)", "check that the source is up and reachable from this host, then re-run (manifest "
+                    "%s)"),
+        "server": ("answered with a server error (HTTP 5xx) for %d of the files %s needs after the retries",
+                   "the source's server is failing: check it, then re-run (manifest %s)"),
+    }
+    for kind in sorted(groups):
+        head, fix = heads.get(kind, ("failed for %d of the files %s needs", "check the source, then re-run (manifest "
+                                     "%s)"))
+        items = groups[kind]
+        out.append("%s: the source (%s) %s: %s; nothing was written; fix: %s" % (
+            host, source, head % (len(items), rel), "; ".join(items[:10]), fix % where))
+    return " || ".join(out)
+
+
 def parse_manifest(data, where):
     """{name: {"sha256", "size"}} of a model_file_verifier manifest (a dict, or its JSON text); ManifestError naming
     `where` (the file) otherwise. The deprecated {"checksums": {name: sha256}} form has no sizes: refused (the free
@@ -202,6 +263,13 @@ def stat_key(st):
     that failed after linking) would leave markers that force a full re-hash. What the key misses (a rewrite in
     place that keeps the size and restores the mtime) is what model_weights_verify: full is for."""
     return [int(st.st_size), int(st.st_mtime_ns), int(st.st_ino)]
+
+
+def not_as_verified(keys, verified):
+    """Names whose stat key now ({name: key}) is not the one recorded when the file was verified ({name: {"stat"}}):
+    the marker is written only when this is empty (a file replaced at its name after it was hashed is never
+    labelled verified)."""
+    return sorted(n for n, key in keys.items() if list(key) != list((verified.get(n) or {}).get("stat") or []))
 
 
 def marker_doc(model, digest, files, keys, source, need, when):
@@ -370,10 +438,44 @@ def progress_line(host, p):
     left = max(0, total - done)
     eta = duration(left / rate) if rate > 0 else "?"
     pct = 100.0 * done / total if total else 100.0
+    if p.get("waiting_on_lock"):
+        return str(p["waiting_on_lock"])
     return "%s: %s of %s (%.0f%%) at %s/s, ETA %s; files %d/%d; from %s%s" % (
         host, human(done), human(total), pct, human(rate), eta, int(p.get("files_done", 0)),
         int(p.get("files_total", 0)), ", ".join(p.get("sources") or ["-"]),
         " (finished)" if p.get("finished") else "")
+
+
+def source_failure_text(exc, kind, attempts, have, size, part):
+    """What a source failure mid-file means for the operator, by its kind (model_weights_io.classify_failure):
+    a short source (HTTP 416) can never be finished by a re-run; a server or network failure can once the source
+    answers; refused credentials need the vault."""
+    kept = "%d of %d bytes kept in %s" % (have, size, part)
+    if kind == "short":
+        return ("%s: the source holds fewer bytes than the manifest's %d (it refused a range from byte %d); %s; a "
+                "re-run cannot finish it: the file at the source is short (truncated) or another file; fix: "
+                "replace it at the source, or correct the manifest" % (exc, size, have, kept))
+    if kind == "server":
+        return ("%s (a server error; %d attempts with backoff, model_weights_retries; %s: a re-run resumes there "
+                "once the source's server works)" % (exc, attempts, kept))
+    if kind == "network":
+        return ("%s (the source did not answer: connection refused, reset or timed out; %d attempts with backoff, "
+                "model_weights_retries; %s: a re-run resumes there once the source is reachable)" % (
+                    exc, attempts, kept))
+    if kind == "denied":
+        return "%s (the source refused the credentials; %s; fix: the credentials in the vault)" % (exc, kept)
+    if kind == "missing":
+        return "%s (the source no longer has the file; %s; fix: put it back at the source)" % (exc, kept)
+    return "%s (%d attempts; %s: a re-run resumes there)" % (exc, attempts, kept)
+
+
+def lock_refusal(host, final, holder, waited_s, takeover):
+    """A stage run refused because another one holds the model directory's lock."""
+    return ("%s: %s is being staged by another run: %s; waited %d s (model_weights_lock_wait_s)%s; nothing was "
+            "written by this run; fix: let that run finish (its progress: the run directory's progress.json), or "
+            "re-run with -e model_weights_takeover=true to end it first (its verified files and .part files are "
+            "kept and resumed)" % (host, final, holder, int(waited_s),
+                                   "; the takeover's SIGTERM did not end it" if takeover else ""))
 
 
 def mismatch_message(host, model, name, origin, got_sha, got_size, want, manifest_where):

@@ -46,9 +46,9 @@ CURL_RANGE_ERROR = 33  # curl: "HTTP server doesn't seem to support byte ranges.
 class SourceError(Exception):
     """The source failed (missing file, connection lost, tool error); `retry` says whether trying again may help."""
 
-    def __init__(self, msg, retry=True, range_unsupported=False, status=None):
+    def __init__(self, msg, retry=True, range_unsupported=False, status=None, kind="other"):
         super().__init__(msg)
-        self.retry, self.range_unsupported, self.status = retry, range_unsupported, status
+        self.retry, self.range_unsupported, self.status, self.kind = retry, range_unsupported, status, kind
 
 
 class WriteError(Exception):
@@ -59,13 +59,17 @@ class WriteError(Exception):
 class FileReader:
     """A file the host can read (local disk, NFS), from `offset`."""
 
-    def __init__(self, path, offset=0):
+    def __init__(self, path, offset=0, root=None):
         self.path = path
         try:
-            self.fd = os.open(path, os.O_RDONLY)
+            if root:    # the source directory: no symlink between it and the file (open_below)
+                self.fd = open_below(root, os.path.relpath(path, root))
+            else:
+                self.fd = os.open(path, os.O_RDONLY)
         except OSError as exc:
             raise SourceError("cannot open %s: %s" % (path, exc.strerror), retry=exc.errno not in (
-                errno.ENOENT, errno.EACCES, errno.EISDIR)) from None
+                errno.ENOENT, errno.EACCES, errno.EISDIR, errno.ELOOP),
+                kind="missing" if exc.errno == errno.ENOENT else "other") from None
         if offset:
             os.lseek(self.fd, offset, os.SEEK_SET)
 
@@ -79,12 +83,24 @@ class FileReader:
         os.close(self.fd)
 
 
+CHILDREN = set()     # the transfer tools running now (kill_children ends them on SIGTERM)
+
+
+def kill_children():
+    for proc in list(CHILDREN):
+        try:
+            proc.kill()
+        except OSError:
+            pass
+
+
 class ProcessReader:
     """The stdout of a transfer tool (curl, rclone cat). Secrets go in `env` or as `stdin` (curl -K -), never argv.
     close() waits for the tool and raises SourceError with its exit code and the tail of its stderr."""
 
-    def __init__(self, argv, env=None, stdin=None, describe=None, redact=()):
+    def __init__(self, argv, env=None, stdin=None, describe=None, redact=(), classify=None):
         self.describe = describe or argv[0]
+        self.classify = classify or classify_failure
         self.redact = [r for r in redact if r]
         self.err = tempfile.TemporaryFile()
         try:
@@ -93,6 +109,7 @@ class ProcessReader:
                                          close_fds=True)
         except OSError as exc:
             raise SourceError("cannot run %s: %s" % (argv[0], exc.strerror), retry=False) from None
+        CHILDREN.add(self.proc)
         if stdin is not None:
             try:
                 self.proc.stdin.write(stdin)
@@ -124,6 +141,7 @@ class ProcessReader:
         except OSError:
             pass
         rc = self.proc.wait()
+        CHILDREN.discard(self.proc)
         text = self.stderr_text()
         self.err.close()
         if ok and rc != 0:
@@ -132,9 +150,11 @@ class ProcessReader:
             msg = [ln for ln in lines if not ln.startswith("b300-http-code=")]
             status = int(code[-1]) if code and code[-1].isdigit() and int(code[-1]) else None
             why = "; ".join(msg[-3:]) or "no message"
+            kind, transient = self.classify(rc, status)
+            if rc == CURL_RANGE_ERROR:
+                kind, transient = "other", True
             raise SourceError("%s exited %d%s: %s" % (self.describe, rc, " (HTTP %d)" % status if status else "", why),
-                              retry=status not in (401, 403, 404, 410), range_unsupported=rc == CURL_RANGE_ERROR,
-                              status=status)
+                              retry=transient, range_unsupported=rc == CURL_RANGE_ERROR, status=status, kind=kind)
         return rc
 
 
@@ -148,7 +168,7 @@ def curl_argv(url, offset=0, ca_file="", connect_timeout_s=10, stall_s=60, head=
     if ca_file:
         argv += ["--cacert", ca_file]
     if head:
-        argv += ["--head", "--output", "/dev/null"]
+        argv += ["--head", "--output", "-"]     # the headers on stdout: the pre-check reads Content-Length
     else:
         argv += ["--output", "-"]
         if offset:
@@ -206,25 +226,247 @@ def rclone_list(source, rel, secrets, timeout_s=300):
     if source.get("ca_file"):
         argv += ["--ca-cert", source["ca_file"]]
     argv.append("src:" + s3_key(source, rel))
+    what = "rclone lsjson src:%s" % s3_key(source, rel)
+    keys = (secrets.get("s3_secret_access_key"), secrets.get("s3_access_key_id"))
     try:
         res = subprocess.run(argv, env=rclone_env(source, secrets), capture_output=True, timeout=timeout_s,
                              check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise SourceError("rclone lsjson %s: %s" % (s3_key(source, rel), exc)) from None
+    except subprocess.TimeoutExpired:
+        raise SourceError("%s gave no answer in %d s (timed out)" % (what, timeout_s), kind="network") from None
+    except OSError as exc:
+        raise SourceError("cannot run rclone: %s" % exc.strerror, retry=False, kind="tool") from None
     if res.returncode != 0:
-        err = res.stderr.decode("utf-8", "replace")
-        for secret in (secrets.get("s3_secret_access_key"), secrets.get("s3_access_key_id")):
-            if secret:
-                err = err.replace(secret, "<redacted>")
+        err = redact(res.stderr.decode("utf-8", "replace"), keys)
         if res.returncode == 3:   # rclone: directory not found
             return {}
-        raise SourceError("rclone lsjson src:%s exited %d: %s" % (s3_key(source, rel), res.returncode,
-                                                                  err.strip().splitlines()[-1:] or ""))
-    return {e["Path"]: int(e["Size"]) for e in json.loads(res.stdout.decode() or "[]")}
+        # rclone's exit codes (rclone docs, "Exit Code"): 1 syntax or usage error, 2 error not otherwise
+        # categorised, 5 temporary error (one that more retries might fix), 6 less serious (NoRetry), 7 fatal
+        lines = [ln.strip() for ln in err.strip().splitlines() if ln.strip()]
+        raise SourceError("%s exited %d: %s" % (what, res.returncode, " / ".join(lines[-2:]) or "no message"),
+                          retry=res.returncode == 5, kind="network" if res.returncode == 5 else "other")
+    try:
+        return {e["Path"]: int(e["Size"]) for e in json.loads(res.stdout.decode() or "[]")}
+    except (ValueError, KeyError, TypeError) as exc:
+        raise SourceError("%s printed no listing rclone lsjson writes (%s): %r" % (
+            what, exc, redact(res.stdout.decode("utf-8", "replace")[:200], keys)), retry=False) from None
 
 
 def url_for(base, rel, name):
     return base.rstrip("/") + "/" + quote(rel + "/" + name, safe="/")
+
+
+# curl's exit codes (curl(1) EXIT CODES, libcurl-errors(3)) that say the transfer broke or never connected: worth a
+# bounded retry. 6 (host not resolved) is not among them: a wrong name does not heal by waiting.
+CURL_TRANSIENT = {7: "connection refused or host unreachable (curl 7)", 18: "transfer closed with bytes missing "
+                  "(curl 18)", 28: "timed out (curl 28)", 52: "empty reply from the server (curl 52)",
+                  55: "connection broken while sending (curl 55)", 56: "connection reset or broken while receiving "
+                  "(curl 56)", 35: "TLS handshake failed (curl 35)"}
+
+
+def classify_failure(rc, status):
+    """(kind, transient) of a failed transfer from curl's exit code and the HTTP status it saw:
+    kind one of missing (404/410), denied (401/403), short (416: the source holds fewer bytes than asked for),
+    server (5xx), network (refused, reset, timed out), other."""
+    if status in (404, 410):
+        return "missing", False
+    if status in (401, 403):
+        return "denied", False
+    if status == 416:
+        return "short", False
+    if status is not None and 500 <= status <= 599:
+        return "server", True
+    if rc in CURL_TRANSIENT:
+        return "network", True
+    if status == 429 or status == 408:
+        return "server", True
+    return "other", rc not in (6, 22, 23, CURL_RANGE_ERROR)
+
+
+def classify_rclone(rc, status=None):
+    """(kind, transient) of a failed `rclone cat` from its exit code (rclone docs, "Exit Code"): 3 directory not
+    found and 4 file not found are missing, 5 a temporary error (retries might fix) is network, 7 a fatal error (one
+    that more retries won't fix) and 1 a usage error are not retried; others (2 uncategorised, 6) are retried."""
+    if rc in (3, 4):
+        return "missing", False
+    if rc == 5:
+        return "network", True
+    if rc in (1, 7):
+        return "other", False
+    return "other", True
+
+
+def backoff_delays(retries, first_s, max_s):
+    """The waits before each retry: first_s, doubling, at most max_s each (bounded, deterministic)."""
+    out, d = [], max(0.0, float(first_s))
+    for _i in range(max(0, int(retries))):
+        out.append(min(float(max_s), d))
+        d = d * 2 if d else 0.0
+    return out
+
+
+def head_content_length(text):
+    """Content-Length of the last response in `curl --head` output (redirects print one block each), or None."""
+    blocks = [b for b in text.replace("\r\n", "\n").split("\n\n") if b.strip()]
+    if not blocks:
+        return None
+    for line in blocks[-1].splitlines():
+        k, sep, v = line.partition(":")
+        if sep and k.strip().lower() == "content-length" and v.strip().isdigit():
+            return int(v.strip())
+    return None
+
+
+def redact(text, secrets):
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "<redacted>")
+    return text
+
+
+# --- symlinks and names -------------------------------------------------------------------------------------------------
+def symlink_below(root, name):
+    """(link, target) of the first symlink on the way from `root` (itself trusted) to root/name, or None.
+    Every component is lstat()ed: a source or a model directory never hands out a file from elsewhere."""
+    p = root
+    for part in name.split("/"):
+        p = os.path.join(p, part)
+        try:
+            if os.path.islink(p):
+                return p, os.readlink(p)
+        except OSError:
+            return None
+    return None
+
+
+def open_below(root, name, flags=os.O_RDONLY):
+    """os.open of root/name refusing a symlink in any component (OSError ELOOP naming the link and its target)."""
+    link = symlink_below(root, name)
+    if link:
+        raise OSError(errno.ELOOP, "%s is a symlink to %s (refused: only regular files inside the directory)" % link)
+    return os.open(os.path.join(root, name), flags | getattr(os, "O_NOFOLLOW", 0))
+
+
+class IdentityError(WriteError):
+    """The file at a path is not the one this process hashed (another writer in the staging directory)."""
+
+
+def rename_verified(fd, part, dest):
+    """Rename `part` to `dest` only when it is the file held open on `fd` (the one hashed): (st_dev, st_ino) of the
+    path is compared with fstat(fd) before and after the rename; IdentityError otherwise (nothing unverified is
+    ever given the final name by this call without being caught)."""
+    want = os.fstat(fd)
+    ident = (want.st_dev, want.st_ino)
+    st = os.lstat(part)
+    if (st.st_dev, st.st_ino) != ident:
+        raise IdentityError("%s is no longer the file that was hashed (inode %d, found %d)" % (
+            part, want.st_ino, st.st_ino))
+    os.rename(part, dest)
+    st = os.lstat(dest)
+    if (st.st_dev, st.st_ino) != ident:
+        raise IdentityError("%s is not the file that was hashed after the rename (inode %d, found %d)" % (
+            dest, want.st_ino, st.st_ino))
+
+
+# --- the per-directory lock -------------------------------------------------------------------------------------------
+LOCK_SUFFIX = ".b300-lock"
+
+
+def lock_path(final):
+    """<parent>/.<name>.b300-lock beside the model directory: kept for good (removing a flock file races)."""
+    return os.path.join(os.path.dirname(final), "." + os.path.basename(final) + LOCK_SUFFIX)
+
+
+def read_holder(path):
+    """The holder a lock file names ({pid, run_id, user, since, host}) or {}."""
+    try:
+        with open(path, "rb") as fh:
+            return json.loads(fh.read(65536).decode("utf-8") or "{}")
+    except (OSError, IOError, ValueError):
+        return {}
+
+
+def holder_text(doc, path):
+    if not doc:
+        return "an unknown holder (lock file %s)" % path
+    since = doc.get("since")
+    return "pid %s, run %s, user %s, since %s (%s ago) (lock file %s)" % (
+        doc.get("pid"), doc.get("run_id") or "-", doc.get("user") or "?",
+        time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(since)) if since else "?",
+        "%d s" % (time.time() - since) if since else "?", path)
+
+
+def pid_is_stage(pid):
+    """Whether `pid` runs this module (its command line names model_weights_stage): the only process a takeover
+    may end."""
+    try:
+        with open("/proc/%d/cmdline" % int(pid), "rb") as fh:
+            return b"model_weights_stage" in fh.read()
+    except (OSError, IOError, ValueError, TypeError):
+        return False
+
+
+class DirLock:
+    """flock(LOCK_EX) on lock_path(final), held on an fd this process keeps open for its whole life: the kernel
+    releases it when the process ends, however it ends (SIGKILL included), so a dead holder never blocks anyone.
+    The holder writes who it is into the file; a refused run names that holder."""
+
+    def __init__(self, final, holder):
+        self.final, self.path, self.holder, self.fd = final, lock_path(final), holder, None
+
+    def try_lock(self):
+        import fcntl
+        flags = getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | flags, 0o644)
+        except PermissionError:
+            # another user's lock file (a controller shared by two users): flock works on a read-only descriptor;
+            # the holder named in it then stays the last one that could write it
+            fd = os.open(self.path, os.O_RDONLY | flags)
+            self.holder = None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                return False
+            raise
+        self.fd = fd
+        if self.holder is not None:
+            data = json.dumps(self.holder, sort_keys=True).encode()
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, data, 0)
+        return True
+
+    def acquire(self, wait_s, takeover=False, on_wait=None, term_wait_s=30, sleep=time.sleep):
+        """True once held. While another run holds it: with takeover, that holder (when it is this module) gets
+        SIGTERM once and is waited on; else wait up to wait_s, on_wait(holder doc, waited s) about every second.
+        False when still held after that (read_holder(self.path) names who)."""
+        import signal
+        t0 = time.time()
+        termed = False
+        while True:
+            if self.try_lock():
+                return True
+            doc = read_holder(self.path)
+            waited = time.time() - t0
+            if takeover and not termed and doc.get("pid") and pid_is_stage(doc["pid"]) \
+                    and int(doc["pid"]) != os.getpid():
+                try:
+                    os.kill(int(doc["pid"]), signal.SIGTERM)
+                except OSError:
+                    pass
+                termed = True
+                wait_s = max(wait_s, waited + term_wait_s)
+            if waited >= wait_s:
+                return False
+            if on_wait:
+                on_wait(doc, waited)
+            sleep(min(1.0, max(0.05, wait_s - waited)))
+
+    def release(self):
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
 
 # --- the copy ------------------------------------------------------------------------------------------------------------
@@ -650,6 +892,12 @@ class WeightsServer:
         if name not in m["names"]:
             return self._reply(h, 404, b'{"error": "not in the manifest"}', head=head)
         if self.kind == "source":
+            # the controller serves regular files under its root only: a symlink anywhere below it is refused
+            link = symlink_below(m["root"], rel + "/" + name)
+            if link:
+                self._count(rel, "refused")
+                return self._reply(h, 403, json.dumps({"error": "%s is a symlink to %s; the controller serves "
+                                                                "regular files only" % link}).encode(), head=head)
             full, want_ino = os.path.join(m["root"], rel, name), None
         else:
             st = self.state(rel)
@@ -663,7 +911,7 @@ class WeightsServer:
 
     def _send_file(self, h, rel, full, want_ino, head):
         try:
-            fd = os.open(full, os.O_RDONLY)
+            fd = os.open(full, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
         except OSError:
             return self._reply(h, 503, b'{"error": "moved, ask again"}', head=head, extra={"Retry-After": "1"})
         try:

@@ -347,6 +347,8 @@ def parse_mlxfwmanager(text):
         if cur is None:
             continue
         if in_versions:
+            if not ln.strip():
+                continue  # a blank line inside the table (mail and forum copies insert them): the rows go on
             m = _VER_ROW_RE.match(ln)
             if m and ":" not in m.group(1):
                 name = m.group(1)

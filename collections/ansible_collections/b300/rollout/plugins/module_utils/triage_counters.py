@@ -43,9 +43,14 @@ ETH_PHY_SUSPECT = ("rx_discards_phy", "tx_discards_phy", "tx_errors_phy", "rx_in
                    "rx_out_of_range_len_phy", "rx_undersize_pkts_phy", "rx_fragments_phy", "rx_jabbers_phy",
                    "rx_pci_signal_integrity", "tx_pci_signal_integrity", "outbound_pci_stalled_rd",
                    "outbound_pci_stalled_wr", "module_bus_stuck", "module_high_temp", "module_bad_shorted")
-# reported, never judged: bits the FEC corrected and the per-lane errors before FEC (a healthy PAM4 link has some)
-ETH_PHY_REPORT = ("rx_corrected_bits_phy", "rx_err_lane_0_phy", "rx_err_lane_1_phy", "rx_err_lane_2_phy",
-                  "rx_err_lane_3_phy")
+# per-lane raw errors BEFORE FEC (kernel mlx5 counters.rst, type Error: "physical raw errors per lane ... before FEC
+# corrections. If this counter is increasing, it implies that the link ... is suffering from high BER, and that traffic
+# might be lost. You may need to replace the cable/transceiver. Please check in accordance with rx_corrected_bits_phy"):
+# growth during the triage is a suspicion on that lane (the FEC may still correct them: not a fault by itself)
+ETH_PHY_PRE_FEC = ("rx_err_lane_0_phy", "rx_err_lane_1_phy", "rx_err_lane_2_phy", "rx_err_lane_3_phy",
+                   "rx_err_lane_4_phy", "rx_err_lane_5_phy", "rx_err_lane_6_phy", "rx_err_lane_7_phy")
+# reported, never judged: bits the FEC corrected (a healthy PAM4 link corrects some); and the lanes' values since boot
+ETH_PHY_REPORT = ("rx_corrected_bits_phy",) + ETH_PHY_PRE_FEC
 
 # PMA counter names (IBTA vol. 1 16.1.3.5 PortCounters / 16.1.4.11 PortCountersExtended, as perfquery and
 # ibqueryerrors print them; old infiniband-diags spellings too) -> the sysfs names of ports/<p>/counters/

@@ -21,7 +21,12 @@ import re
 # --------------------------------------------------------------------------- line prefixes (time stamps, hosts)
 _ISO_RE = re.compile(r"^(?P<ts>\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:[+-]\d{2}:?\d{2}|Z)?)\s+(?P<rest>.*)$")
 _SYSLOG_RE = re.compile(r"^(?P<ts>[A-Z][a-z]{2}\s+\d{1,2}\s+\d{2}:\d{2}:\d{2})\s+(?P<rest>.*)$")
-_MONO_RE = re.compile(r"^\[\s*(?P<ts>\d+\.\d+)\]\s?(?P<rest>.*)$")
+# "[  12.345678]"; dmesg -H / --reltime: "[  +0.000844]" (util-linux dmesg.c prints "[  +0.000000] " for the lines
+# after the first of a batch) and the batch's first line "[Sep 7 14:32]" / "[Dec10 14:32]" (strftime "%b%e %H:%M"; a
+# localized month too: "[4月21 11:15]"); CONFIG_PRINTK_CALLER adds "[ T3356]" after the stamp
+_MONO_RE = re.compile(r"^\[\s*(?P<ts>[+]?\d+\.\d+)\]\s?(?P<rest>.*)$")
+_HUMAN_RE = re.compile(r"^\[(?P<ts>(?:[A-Z][a-z]{2}|\d{1,2}\u6708)\s?\d{1,2} \d{2}:\d{2})\]\s?(?P<rest>.*)$")
+_CALLER_RE = re.compile(r"^\[\s*[TC]\d+\]\s?")
 _CTIME_RE = re.compile(r"^\[(?P<ts>[A-Z][a-z]{2} [A-Z][a-z]{2}\s+\d{1,2} \d{2}:\d{2}:\d{2} \d{4})\]\s?(?P<rest>.*)$")
 _PDSH_RE = re.compile(r"^(?P<host>[A-Za-z0-9_.-]+):\s+(?=\[)")
 # journald / syslog: "<host> kernel: <msg>" (a reporter may condense hosts: "node{4,5,6} kernel:")
@@ -46,10 +51,10 @@ def _split(line):
     if m:
         text = text[m.end():]
         had = True
-    for rx in (_ISO_RE, _SYSLOG_RE, _CTIME_RE, _MONO_RE):
+    for rx in (_ISO_RE, _SYSLOG_RE, _CTIME_RE, _MONO_RE, _HUMAN_RE):
         m = rx.match(text)
         if m:
-            ts, text = m.group("ts"), m.group("rest")
+            ts, text = m.group("ts"), _CALLER_RE.sub("", m.group("rest"))
             had = True
             break
     m = _KERNEL_TAG_RE.match(text)
@@ -60,7 +65,7 @@ def _split(line):
     m = _MONO_RE.match(text)
     if m:
         ts = ts or m.group("ts")
-        text = m.group("rest")
+        text = _CALLER_RE.sub("", m.group("rest"))
         had = True
     return ts, text.strip(), had, False
 
@@ -161,9 +166,10 @@ MLX5_PATTERNS = [
     ("mlx5_access_reg", "access_reg_failed",
      re.compile(r"mlx5_cmd_out_err.*ACCESS_REG.*failed|ACCESS_REG\(0x805\) op_mod\(0x[0-9a-f]+\) failed"
                 r"(?:.*?syndrome \((?P<areg_synd>0x[0-9a-fA-F]+)\))?")),
-    # cmd.c mlx5_cmd_out_err / mlx5_cmd_check: "CMD(0xOP) op_mod(0x..) failed, status TEXT(0x..), syndrome (0x..)"
+    # cmd.c mlx5_cmd_out_err / mlx5_cmd_check: "CMD(0xOP) op_mod(0x..) failed, status TEXT(0x..), syndrome (0x..)";
+    # cmd_status_print (6.x) adds "uid(N)" before "failed", older mlx5_cmd_check printed "erred" for "failed"
     ("mlx5_cmd_error", "failed",
-     re.compile(r"%s op_mod\(0x[0-9a-fA-F]+\) failed, \**status (?P<status>.+?\(0x[0-9a-fA-F]+\)),?\**,?\s*"
+     re.compile(r"%s op_mod\(0x[0-9a-fA-F]+\)(?: uid\(\d+\))? (?:failed|erred), \**status (?P<status>.+?\(0x[0-9a-fA-F]+\)),?\**,?\s*"
                 r"syndrome \((?P<csynd>0x[0-9a-fA-F]+)\)" % _CMD)),
     ("mlx5_probe_failed", "probe_failed", re.compile(r"probe of (?P<pbdf>%s) failed with error (?P<err>-?\d+)" % _BDF)),
 ]
@@ -184,9 +190,13 @@ PCIE_PATTERNS = [
     ("pcie_link", "dpc_containment", re.compile(r"DPC: containment event")),
     ("pcie_link", "recovery_failed", re.compile(r"AER: device recovery failed")),
     ("pcie_link", "inaccessible", re.compile(r"(?:can't|Unable to) change power state from D3\w* to D0.*inaccessible")),
+    # pcie_print_link_status (probe.c; mlx5 calls it at probe): "... limited by 8.0 GT/s PCIe x8 link at BDF (capable
+    # of ... with 16.0 GT/s PCIe x16 link)"; kernels before the PCIE_SPEED2STR change print "8 GT/s x8 link" (no
+    # "PCIe", no ".0": the linux-pci patch mail in docs/triage-real-world.md), and a pasted line may hold a tab
     ("pcie_link", "bandwidth_limited", re.compile(
-        r"(?P<avail>[\d.]+) Gb/s available PCIe bandwidth, limited by (?P<ls>[\d.]+) GT/s PCIe x(?P<lw>\d+) link at "
-        r"(?P<at>%s|<unknown>) \(capable of (?P<cap>[\d.]+) Gb/s with (?P<cs>[\d.]+) GT/s PCIe x(?P<cw>\d+) link\)" % _BDF)),
+        r"(?P<avail>[\d.]+)\s+Gb/s available PCIe bandwidth, limited by (?P<ls>[\d.]+) GT/s (?:PCIe )?x(?P<lw>\d+) "
+        r"link at (?P<at>%s|<unknown>) \(capable of (?P<cap>[\d.]+)\s+Gb/s with (?P<cs>[\d.]+) GT/s (?:PCIe )?"
+        r"x(?P<cw>\d+) link\)" % _BDF)),
 ]
 # the PCIe spec's error names by status bit (AER correctable / uncorrectable status registers, PCIe r6.0 7.8.4), with
 # the names kernels print for them (aer.c aer_correctable_error_string / aer_uncorrectable_error_string, old and new)
@@ -390,9 +400,10 @@ def _pcie_device_event(ev, body):
         if mm:
             ev.update(kind=kind, sub=sub, detail=body)
             if sub == "bandwidth_limited":
-                ev.update(code="%s GT/s x%s" % (mm.group("ls"), mm.group("lw")),
+                # "8 GT/s" (old kernels) and "8.0 GT/s" are the same speed: one spelling in the event
+                ev.update(code="%.1f GT/s x%s" % (float(mm.group("ls")), mm.group("lw")),
                           limiting=_pci_norm(mm.group("at")) or mm.group("at"),
-                          capable="%s GT/s x%s" % (mm.group("cs"), mm.group("cw")),
+                          capable="%.1f GT/s x%s" % (float(mm.group("cs")), mm.group("cw")),
                           limit_speed=float(mm.group("ls")), limit_width=int(mm.group("lw")),
                           cap_speed=float(mm.group("cs")), cap_width=int(mm.group("cw")),
                           avail_gbps=float(mm.group("avail")), cap_gbps=float(mm.group("cap")))

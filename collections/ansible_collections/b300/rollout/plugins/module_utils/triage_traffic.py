@@ -33,8 +33,9 @@ WC_HINT = {
 #   2.1x:  "NET/IB : Got completion from peer 10.1.2.3<54862> with status=12 opcode=0 len=0 vendor err 129 (Recv) ...
 #           [hca mlx5_1]"
 #   old:   "NET/IB : Got completion from peer 10.2.0.5<33092> with error 12, opcode 0, len 0, vendor err 129 (Recv)"
+#   2.4:   "NET/IB : Got completion with error 12, opcode 0, len 0, vendor err 129" (no peer)
 _COMPLETION_RE = re.compile(
-    r"NET/IB\s*:\s*Got completion from peer (?P<peer>\S+) with (?:status=(?:(?P<sname>IBV_WC_[A-Z_]+)\()?(?P<status>\d+)\)?"
+    r"NET/IB\s*:\s*Got completion (?:from peer (?P<peer>\S+) )?with (?:status=(?:(?P<sname>IBV_WC_[A-Z_]+)\()?(?P<status>\d+)\)?"
     r"|error (?P<status_old>\d+),)"
     r"(?:.*?vendor[ _]err[= ](?P<vendor>\d+))?"
     r"(?:.*?\bhca (?P<hca>[A-Za-z0-9_]+))?")
@@ -65,6 +66,39 @@ _WARN_LINE_RE = re.compile(r"NCCL WARN |\] \S+:\d+ WARN ")
 _MD_LINK_RE = re.compile(r"\[([^\]]+)\]\((?:https?://)[^)]*\)")
 
 
+_LOG_HEAD_RE = re.compile(r"^\s*(?:\S+:\d+:\d+\s+\[\d+\]|\[|NCCL |```|\S+\.(?:cc|cu|c|py):\d+ )|\bNCCL (?:INFO|WARN|TRACE)\b")
+
+
+def _join_wrapped_completions(lines):
+    """A `Got completion` WARN that the person who pasted it wrapped over several lines (real captures in
+    tests/fixtures/real-world/nccl_warn/SOURCES.md: continuation lines indented by two, or the break right after
+    `status=`) -> one line. A continuation is an indented line, or any line after one that ends in `=`; a blank line,
+    the start of another log line (host:pid:tid [rank], `[rank0]`, `NCCL INFO`, a source file:line) or a message that
+    is already whole (its `hca NAME` read: 2.2x prints the GIDs and the HCA after `(Recv)`) ends it."""
+    out, i = [], 0
+    while i < len(lines):
+        ln = lines[i]
+        if "Got completion" in ln:
+            ln = ln.rstrip()
+            j = i + 1
+            while j < len(lines) and j <= i + 6:
+                m = _COMPLETION_RE.search(ln)
+                if m and m.group("hca"):
+                    break                                   # the message is whole: nothing after it belongs to it
+                nxt = lines[j]
+                if not nxt.strip() or (not ln.endswith("=") and (not nxt[:1].isspace() or _LOG_HEAD_RE.match(nxt))):
+                    break
+                ln = ln + ("" if ln.endswith("=") else " ") + nxt.strip()
+                j += 1
+            out.append(ln)
+            out.extend([None] * (j - i - 1))    # keep the indexes of the lines after it
+            i = j
+            continue
+        out.append(ln)
+        i += 1
+    return out
+
+
 def _clean(line):
     """A log line as NCCL printed it: quote markers and markdown link artefacts ([p2p.cc:648](https://...)) removed."""
     ln = re.sub(r"^(?:\s*>)+\s?", "", line) if line.lstrip().startswith(">") else line
@@ -82,8 +116,10 @@ def parse_nccl_warns(text):
     out = {"completions": [], "async_events": [], "ibv_failures": [], "comm_errors": [], "watchdog": [], "gdr": {},
            "gdr_events": [], "gdr_gpu": [], "network": None, "ib_no_device": False, "warn_count": 0}
     seen_wd = set()
-    lines = [_clean(ln) for ln in (text or "").splitlines()]
+    lines = _join_wrapped_completions([_clean(ln) for ln in (text or "").splitlines()])
     for i, ln in enumerate(lines):
+        if ln is None:       # joined to the wrapped WARN above it
+            continue
         if _WARN_LINE_RE.search(ln):
             out["warn_count"] += 1
         hm = _WARN_HOST_RE.search(ln)
@@ -95,7 +131,7 @@ def parse_nccl_warns(text):
             raw = ln
             vendor = m.group("vendor")
             # join a line broken inside "len\n0, vendor err" (terminal wrap in published logs)
-            if vendor is None and i + 1 < len(lines) and "vendor err" in lines[i + 1]:
+            if vendor is None and i + 1 < len(lines) and lines[i + 1] and "vendor err" in lines[i + 1]:
                 mv = re.search(r"vendor[ _]err[= ](\d+)", lines[i + 1])
                 vendor = mv.group(1) if mv else None
                 raw = ln + "\n" + lines[i + 1]

@@ -18,7 +18,7 @@ import time
 
 from ansible_collections.b300.rollout.plugins.module_utils import fw_matrix
 from ansible_collections.b300.rollout.plugins.module_utils.triage_counters import (
-    ERROR_COUNTERS, ERROR_COUNTERS_FAULT, ETH_PHY_FAULT, ETH_PHY_REPORT, ETH_PHY_SUSPECT, HW_COUNTERS_FAULT,
+    ERROR_COUNTERS, ERROR_COUNTERS_FAULT, ETH_PHY_FAULT, ETH_PHY_PRE_FEC, ETH_PHY_SUSPECT, HW_COUNTERS_FAULT,
     HW_COUNTERS_SUSPECT, deltas, devlink_for_pci)
 from ansible_collections.b300.rollout.plugins.module_utils.triage_gpu import THERMAL_COUNTERS, THERMAL_REASONS, \
     counter_deltas
@@ -386,10 +386,29 @@ def nic_phy_counters(name, before, after, window, during):
             out.append(_f(name, "phy_counters", "suspect", "R4 over ethtool -S: non-zero since boot -> warn with the value",
                           "%s %s since boot" % (c, _fmt_int(v)), "watch it grow (re-run the triage); `mlxlink -d %s -m -c`"
                           % name, "%s %s since boot" % (c, _fmt_int(v)), 5))
-    rep = ["%s %s" % (c, _fmt_int(a.get(c, b.get(c)))) for c in ETH_PHY_REPORT if a.get(c, b.get(c))]
+    lanes = [(c, d.get(c, 0)) for c in ETH_PHY_PRE_FEC if d.get(c, 0) > 0]
+    if lanes:
+        corr = d.get("rx_corrected_bits_phy", 0)
+        out.append(_f(name, "phy_counters", "suspect",
+                      "mlx5 counters.rst: rx_err_lane_N_phy are raw errors before FEC (type Error); increasing means "
+                      "high BER on the link, traffic might be lost -> warn, read with rx_corrected_bits_phy",
+                      "; ".join("%s %s -> %s (+%s in %ss)" % (c, _fmt_int(b.get(c, 0)), _fmt_int(a.get(c, 0)),
+                                                            _fmt_int(n), window) for c, n in lanes)
+                      + "; rx_corrected_bits_phy +%s" % _fmt_int(corr),
+                      "`mlxlink -d %s -m -c` (raw/effective BER per lane, FEC); reseat or swap the cable/transceiver "
+                      "if the raw BER is high" % name,
+                      "raw errors before FEC on lane %s +%s during %s" % (
+                          "/".join(c.split("_")[3] for c, _ in lanes), _fmt_int(sum(n for _, n in lanes)), during),
+                      10, counter=lanes[0][0]))
+    rep = ["%s %s" % (c, _fmt_int(a.get(c, b.get(c)))) for c in ("rx_corrected_bits_phy",) if a.get(c, b.get(c))]
     if rep:
-        out.append(_f(name, "phy_counters", "ok", "ethtool -S: FEC-corrected bits and per-lane errors are reported, not "
-                      "judged (a healthy PAM4 link corrects some)", "; ".join(rep), None, "FEC corrections (info)", 0))
+        out.append(_f(name, "phy_counters", "ok", "ethtool -S: FEC-corrected bits are reported, not judged (a healthy "
+                      "PAM4 link corrects some)", "; ".join(rep), None, "FEC corrections (info)", 0))
+    lane_rep = ["%s %s" % (c, _fmt_int(a.get(c, b.get(c)))) for c in ETH_PHY_PRE_FEC if a.get(c, b.get(c))]
+    if lane_rep:
+        out.append(_f(name, "phy_counters", "ok", "ethtool -S: per-lane raw errors before FEC since boot are reported "
+                      "(a healthy PAM4 link has some); their growth during the triage warns", "; ".join(lane_rep), None,
+                      "raw errors before FEC per lane since boot (info)", 0))
     return out
 
 

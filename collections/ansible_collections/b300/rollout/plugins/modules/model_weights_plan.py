@@ -143,6 +143,7 @@ import subprocess
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.b300.rollout.plugins.module_utils import input_rules as ir
 from ansible_collections.b300.rollout.plugins.module_utils import model_weights as mw
+from ansible_collections.b300.rollout.plugins.module_utils import model_weights_io as mio
 
 
 def load_manifest(manifest_dir, rel):
@@ -227,6 +228,13 @@ def step_fanout(p):
     for m in plan["controller"]:
         for name, f in sorted(m["files"].items()):
             path = os.path.join(src.get("path") or "", m["rel"], name)
+            link = mio.symlink_below(src.get("path") or "", m["rel"] + "/" + name)
+            if link:   # the controller's server refuses it too (403): said here, before any host starts
+                problems.append("controller: the source %s holds %s/%s through a symlink: %s is a symlink to %s "
+                                "(manifest %s); nothing was written; fix: replace the link by the file itself (the "
+                                "controller serves regular files under its path only)" % (
+                                    src.get("path"), m["rel"], name, link[0], link[1], m["where"]))
+                continue
             try:
                 size = os.stat(path).st_size
             except OSError:

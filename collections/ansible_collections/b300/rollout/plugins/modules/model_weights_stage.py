@@ -19,8 +19,19 @@ description:
     an earlier run resumes after its prefix is re-hashed. A file that fails verification is removed and never served.
     Files the serving copy already holds (proven by its marker) are hard-linked. Only when every file is verified is
     the staging directory swapped into place (renameat2 RENAME_EXCHANGE), so a worker never sees half a model. The
-    source of every file to fetch and the free space are checked before the first byte. Meant for C(async); progress
-    is written to O(run_dir)/progress.json every 2 s."
+    source of every file to fetch (existence and size) and the free space are checked before the first byte. Meant
+    for C(async); progress is written to O(run_dir)/progress.json every 2 s."
+  - "One stage run per model directory at a time: C(flock) on C(<parent>/.<name>.b300-lock), held on a descriptor
+    the process keeps open until it ends (a killed run frees it), the holder (pid, run id, user, since) written into
+    it. Another run waits up to O(lock_wait_s) (its progress file says on whom), then is refused naming the holder;
+    with O(takeover) it sends the holder (only a process of this module) SIGTERM first. Only the holder touches the
+    staging directory, so no run deletes another run's .part. A verified file is renamed while the descriptor that
+    was hashed is open and its inode is compared before and after; the marker records the inodes verified."
+  - "A directory holding files its manifest does not list (a shard a new manifest dropped) is rebuilt through the
+    staging directory and swapped, never relabelled in place. Symlinks are refused in a path source and by the
+    controller's server (named with their target); in a model directory a symlink counts as missing and is replaced
+    by a verified file; ownership is changed through C(O_NOFOLLOW) descriptors only. Every model path and file name
+    is re-checked here (no C(..), no absolute path, no NUL), whatever the controller checked."
   - "C(serve): a read-only HTTP server with byte ranges bound to O(bind_address) for the hosts that pull from this one
     (or, O(kind=source), for the controller's path source); every request needs the run's token; it serves verified
     files only and stops when O(stop_file) appears or after O(max_s)."
@@ -97,9 +108,34 @@ options:
     type: bool
     default: false
   retries:
-    description: Attempts after the first one per file when the source fails (each resumes where the last stopped).
+    description: Attempts after the first one per file when the source fails (each resumes where the last stopped);
+      also for the pre-check when the source answers 5xx, refuses or resets the connection, or times out.
     type: int
     default: 3
+  retry_delay_s:
+    description: Seconds before the first retry; each next one waits twice as long, at most O(retry_max_delay_s).
+    type: float
+    default: 2.0
+  retry_max_delay_s:
+    description: The longest wait between two retries.
+    type: float
+    default: 30.0
+  lock_wait_s:
+    description: stage mode, seconds to wait for another run holding a model directory's lock before this run is
+      refused (naming the holder).
+    type: int
+    default: 300
+  takeover:
+    description: stage mode, end the run holding a model directory's lock (SIGTERM to its process, when it is this
+      module) instead of only waiting for it; its verified files and .part files are kept and resumed. serve mode,
+      end an earlier run's server of this port (it holds C(<parent of run_dir>/.serve-<port>.b300-lock)) instead of
+      being refused naming it.
+    type: bool
+    default: false
+  run_id:
+    description: The run's name, written into the lock as part of the holder (default the basename of O(run_dir)).
+    type: str
+    default: ""
   reserve_bytes:
     description: Bytes that must stay free on each file system after the stage.
     type: int
@@ -214,6 +250,15 @@ elapsed_s:
   description: Seconds of the work.
   returned: always
   type: float
+lock_waited_s:
+  description: stage mode, seconds this run waited for the model directories' locks.
+  returned: stage, when something needed staging
+  type: float
+lock_holder:
+  description: When refused for a held lock, the holder the lock file names (C(pid), C(run_id), C(user), C(since),
+    C(host), C(module)).
+  returned: failure on a held lock
+  type: dict
 served:
   description: serve mode, per model C(requests), C(bytes), and C(refused) requests (wrong token).
   returned: serve
@@ -227,6 +272,8 @@ import json
 import os
 import pwd
 import shutil
+import signal
+import stat
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -261,10 +308,15 @@ def _stat(path):
 
 
 def _files_stats(base, names):
+    """{name: stat key} of the regular files among names (lstat: a symlink, or a name reached through one, counts
+    as missing and is replaced by a verified file; the stage never reads, links or chowns through a link)."""
     out = {}
     for n in names:
-        st = _stat(os.path.join(base, n))
-        if st is not None and not os.path.isdir(os.path.join(base, n)):
+        try:
+            st = os.lstat(os.path.join(base, n))
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode) and not mio.symlink_below(base, n):
             out[n] = mw.stat_key(st)
     return out
 
@@ -412,7 +464,7 @@ class Fetcher:
 
     def open(self, name, offset):
         if self.t == "path":
-            return mio.FileReader(os.path.join(self.src["path"], self.rel, name), offset)
+            return mio.FileReader(os.path.join(self.src["path"], self.rel, name), offset, root=self.src["path"])
         redact = [self.secrets.get(k) for k in ("peer_token", "http_token", "http_password", "s3_secret_access_key",
                                                 "s3_access_key_id")]
         if self.t in ("http", "peer", "controller"):
@@ -423,42 +475,77 @@ class Fetcher:
             return mio.ProcessReader(mio.rclone_cat_argv(self.src, self.rel, name, offset),
                                      env=mio.rclone_env(self.src, self.secrets),
                                      describe="rclone cat src:%s" % mio.s3_key(self.src, self.rel, name),
-                                     redact=redact)
+                                     redact=redact, classify=mio.classify_rclone)
         raise mio.SourceError("source type %r has no reader" % self.t, retry=False)
 
-    def probe(self, names, files, parallel):
-        """{name: why} of the files the source lacks or holds with another size (before the first byte)."""
+    def probe(self, names, files, parallel, delays=()):
+        """{name: (kind, why)} of the files the source lacks, holds with another size, refuses, or does not answer
+        for (after the bounded retries of `delays`), before the first byte. kind: missing, size, denied, symlink,
+        network, server, other (model_weights.probe_message words each)."""
         bad = {}
         if self.t == "path":
+            root = self.src["path"]
             for n in names:
-                p = os.path.join(self.src["path"], self.rel, n)
+                p = os.path.join(root, self.rel, n)
+                link = mio.symlink_below(root, self.rel + "/" + n)
                 st = _stat(p)
-                if st is None:
-                    bad[n] = "not found (%s)" % p
+                if link:
+                    bad[n] = ("symlink", "%s is a symlink to %s" % link)
+                elif st is None:
+                    bad[n] = ("missing", "not found (%s)" % p)
                 elif st.st_size != int(files[n]["size"]):
-                    bad[n] = "%d bytes at %s" % (st.st_size, p)
+                    bad[n] = ("size", "%d bytes at %s" % (st.st_size, p))
             return bad
         if self.t == "s3":
-            listing = mio.rclone_list(self.src, self.rel, self.secrets)
+            listing, err = None, None
+            for d in list(delays) + [None]:
+                try:
+                    listing = mio.rclone_list(self.src, self.rel, self.secrets)
+                    break
+                except mio.SourceError as exc:
+                    err = exc
+                    if not exc.retry or d is None:
+                        break
+                    time.sleep(d)
+            if listing is None:   # one entry: the listing failed, so none of the names could be checked
+                return {names[0]: ("listing", "listing src:%s failed: %s" % (mio.s3_key(self.src, self.rel), err))}
             for n in names:
                 if n not in listing:
-                    bad[n] = "no object src:%s" % mio.s3_key(self.src, self.rel, n)
+                    bad[n] = ("missing", "no object src:%s" % mio.s3_key(self.src, self.rel, n))
                 elif listing[n] != int(files[n]["size"]):
-                    bad[n] = "object of %d bytes" % listing[n]
+                    bad[n] = ("size", "object of %d bytes" % listing[n])
             return bad
         if self.t in ("http", "controller"):
-            def head(n):
+            redact = [self.secrets.get("http_token"), self.secrets.get("http_password"), self.secrets.get("peer_token")]
+
+            def head_once(n):
                 rd = mio.ProcessReader(mio.curl_argv(self.url(n), 0, self.src.get("ca_file", ""), head=True),
                                        stdin=self._curl_stdin(), describe="curl --head %s" % self.url(n),
-                                       redact=[self.secrets.get("http_token"), self.secrets.get("http_password"),
-                                               self.secrets.get("peer_token")])
+                                       redact=redact)
+                out = bytearray()
+                buf = bytearray(65536)
                 try:
-                    while rd.readinto(bytearray(65536)):
-                        pass
+                    while True:
+                        k = rd.readinto(buf)
+                        if not k:
+                            break
+                        out += buf[:k]
                     rd.close()
-                    return None
                 except mio.SourceError as exc:
-                    return str(exc)
+                    return exc
+                return mio.head_content_length(out.decode("latin-1"))
+
+            def head(n):
+                for d in list(delays) + [None]:
+                    got = head_once(n)
+                    if not isinstance(got, mio.SourceError):
+                        break
+                    if not got.retry or d is None:
+                        return (got.kind, str(got))
+                    time.sleep(d)
+                if got is not None and got != int(files[n]["size"]):
+                    return ("size", "%d bytes at the source (Content-Length)" % got)
+                return None
             with ThreadPoolExecutor(max_workers=max(1, min(8, parallel * 2))) as ex:
                 for n, why in zip(names, ex.map(head, names)):
                     if why:
@@ -508,6 +595,7 @@ class Progress:
         self.samples = []
         self.finished = False
         self.waiting = 0
+        self.lock_wait = None
         self.t0 = time.time()
 
     def add(self, n):
@@ -524,7 +612,7 @@ class Progress:
             doc = {"host": self.host, "bytes_done": self.done, "bytes_total": self.total, "rate_bps": rate,
                    "files_done": self.files_done, "files_total": self.files_total, "bytes_hashed": self.hashed,
                    "sources": self.sources, "waiting_on_peer": self.waiting, "elapsed_s": round(now - self.t0, 1),
-                   "finished": self.finished, "time": now}
+                   "finished": self.finished, "time": now, "waiting_on_lock": self.lock_wait}
         try:
             mio.write_json_atomic(self.path, doc, mode=0o600)
         except OSError:
@@ -553,6 +641,21 @@ class Stager:
         self.lock = threading.Lock()
         self.active = []
         self.progress = Progress(os.path.join(p["run_dir"], "progress.json"), self.host)
+        self.delays = mio.backoff_delays(p["retries"], p["retry_delay_s"], p["retry_max_delay_s"])
+
+    def install_sigterm(self):
+        """SIGTERM (a takeover by the next run, or an operator's kill): the transfer tools end at once and the
+        process exits 143, but never inside the switch into place (that finishes first). Verified files and .part
+        files stay where they are; the next run resumes them."""
+        self.critical = threading.Lock()
+        self.term = False
+
+        def handler(signum, frame):
+            self.term = True
+            mio.kill_children()
+            if self.critical.acquire(False):
+                os._exit(143)
+        signal.signal(signal.SIGTERM, handler)
 
     # --- the record in the staging directory (what is verified) and the run status (what the server reports) ---
     def write_status(self, ctx):
@@ -602,15 +705,21 @@ class Stager:
             os.chmod(d, mode)
 
     def own(self, target):
+        """chown/chmod a file of the model directory through a descriptor opened without following a symlink
+        (O_NOFOLLOW: ELOOP on a link), so nothing outside the model root is ever changed."""
         if isinstance(target, int):
             os.fchown(target, self.uid, self.gid)
             os.fchmod(target, self.fmode)
-        else:
-            os.chown(target, self.uid, self.gid)
-            os.chmod(target, self.fmode)
+            return
+        fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW)
+        try:
+            os.fchown(fd, self.uid, self.gid)
+            os.fchmod(fd, self.fmode)
+        finally:
+            os.close(fd)
 
-    def record_verified(self, ctx, name, path):
-        key = mw.stat_key(os.stat(path))
+    def record_verified(self, ctx, name, path, st=None):
+        key = mw.stat_key(st if st is not None else os.lstat(path))
         with ctx["lock"]:
             ctx["verified"][name] = {"sha256": ctx["files"][name]["sha256"], "size": int(ctx["files"][name]["size"]),
                                      "stat": key}
@@ -703,9 +812,9 @@ class Stager:
                         if not exc.retry or attempt > self.p["retries"]:
                             if src["type"] == "peer" and not last:
                                 return str(exc)
-                            raise mio.SourceError("%s (%d attempts; %d of %d bytes kept in %s: a re-run resumes "
-                                                  "there)" % (exc, attempt, have, size, part), retry=False) from None
-                        time.sleep(min(8, 2 ** (attempt - 1)))
+                            raise mio.SourceError(mw.source_failure_text(exc, exc.kind, attempt, have, size, part),
+                                                  retry=False, kind=exc.kind) from None
+                        time.sleep(self.delays[min(attempt, len(self.delays)) - 1] if self.delays else 0)
                 t_sync = time.time()
                 os.fdatasync(fd)
                 self.counters.add("fsync_s", time.time() - t_sync)
@@ -714,10 +823,9 @@ class Stager:
                 got = h.hexdigest()
                 if have == size and got == want["sha256"]:
                     self.own(fd)
-                    os.close(fd)
-                    fd = None
-                    os.rename(part, os.path.join(ctx["staging"], name))
-                    self.record_verified(ctx, name, os.path.join(ctx["staging"], name))
+                    dest = os.path.join(ctx["staging"], name)
+                    mio.rename_verified(fd, part, dest)
+                    self.record_verified(ctx, name, dest, os.fstat(fd))
                     return None
                 os.close(fd)
                 fd = None
@@ -769,7 +877,10 @@ class Stager:
     def adopt(self, ctx, a):
         """Hash a present file nothing proves; True when it is the manifest's (it is then linked or kept)."""
         name = a["name"]
-        path = os.path.join(ctx["final"] if a["from"] == "final" else ctx["staging"], name)
+        base = ctx["final"] if a["from"] == "final" else ctx["staging"]
+        path = os.path.join(base, name)
+        if mio.symlink_below(base, name):
+            return False
         got, size = mio.hash_file(path, self.hashed)
         want = ctx["files"][name]
         if got == want["sha256"] and size == int(want["size"]):
@@ -786,6 +897,8 @@ class Stager:
         self.makedirs(os.path.dirname(dest), self.dmode)
         if os.path.lexists(dest):
             os.unlink(dest)
+        if mio.symlink_below(ctx["final"], name):
+            raise OSError(errno.ELOOP, "%s is a symlink (never linked into the new directory)" % src)
         os.link(src, dest)
         self.own(dest)
         self.record_verified(ctx, name, dest)
@@ -837,6 +950,11 @@ class Stager:
             self.fetch_file(ctx, a)
         except VerifyError as exc:
             self.fail(ctx, name, str(exc))
+        except mio.IdentityError as exc:
+            self.fail(ctx, name, "%s: %s/%s: %s; it was not put in place; expected the file this run hashed; the "
+                                 "serving copy is untouched; fix: something outside the stage writes into %s (stage "
+                                 "runs hold %s): stop it, then re-run" % (self.host, r["rel"], name, exc, staging,
+                                                                          mio.lock_path(r["final"])))
         except mio.SourceError as exc:
             self.fail(ctx, name, "%s: %s/%s from %s: %s; found: no complete file; expected %d bytes, sha256 %s; "
                                  "the serving copy is untouched" % (self.host, r["rel"], name, describe(src), exc,
@@ -859,12 +977,19 @@ class Stager:
         res = {"result": "unchanged", "errors": [], "sources": [], "bytes_fetched": 0, "swap": None, "notes": []}
         if r["state"] == "complete":
             return res
-        if r["state"] == "relabel":
+        # a directory that holds files its new manifest does not list (a dropped shard: SGLang loads every
+        # *.safetensors of a directory without an index) is rebuilt through the staging directory and swapped,
+        # never relabelled or adopted in place
+        rebuild = bool(r.get("extra_files"))
+        if rebuild:
+            self.note(ctx, "%s: %s held %s that its manifest (%s) does not list: the directory was rebuilt without "
+                           "them" % (self.host, r["final"], ", ".join(r["extra_files"][:10]), ctx["where"]))
+        if r["state"] == "relabel" and not rebuild:
             self.write_marker(ctx, r["final"], {n: r["_judged"]["good"][n] for n in files})
             res["result"] = "relabelled"
             return res
-        if r["state"] != "absent" and all(a["action"] == "link" or (a["action"] == "adopt" and a["from"] == "final")
-                                          for a in actions):
+        in_place = all(a["action"] == "link" or (a["action"] == "adopt" and a["from"] == "final") for a in actions)
+        if r["state"] != "absent" and not rebuild and in_place:
             # everything is there already: hash what nothing proves; the directory stays where it is
             bad = [a for a in actions if a["action"] == "adopt" and not self.adopt(ctx, a)]
             if not bad:
@@ -892,14 +1017,9 @@ class Stager:
         self.active.append(ctx)
         if fetch and src.get("type") != "peer":
             bad = Fetcher(src, r["rel"], self.secrets, self.p["stall_s"]).probe(
-                [a["name"] for a in fetch], files, self.p["parallel"])
+                [a["name"] for a in fetch], files, self.p["parallel"], self.delays)
             if bad:
-                msg = ("%s: the source (%s) lacks %d of the files %s needs: %s; nothing was written; fix: put them at "
-                       "the source, or correct the manifest (%s)" % (
-                           self.host, describe(src), len(bad), r["rel"], "; ".join(
-                               "%s (found: %s; expected %d bytes, sha256 %s)" % (
-                                   n, why, int(files[n]["size"]), files[n]["sha256"])
-                               for n, why in sorted(bad.items())[:10]), ctx["where"]))
+                msg = mw.probe_message(self.host, describe(src), r["rel"], bad, files, ctx["where"])
                 ctx["status"] = "failed"
                 for n in bad:
                     ctx["failed"][n] = msg
@@ -937,14 +1057,32 @@ class Stager:
             self.write_status(ctx)
             res.update(result="failed", errors=sorted(ctx["failed"].values()), elapsed_s=round(time.time() - t0, 2))
             return res
-        keys = {n: mw.stat_key(os.stat(os.path.join(staging, n))) for n in files}
+        keys = {n: mw.stat_key(os.lstat(os.path.join(staging, n))) for n in files}
+        moved = mw.not_as_verified(keys, ctx["verified"])
+        if moved:
+            msg = ("%s: %s: %s in %s %s; expected the file%s this run verified (size, mtime, inode as recorded); "
+                   "nothing was switched into place; the serving copy is untouched; fix: something outside the stage "
+                   "writes into %s: stop it, then re-run" % (
+                       self.host, r["rel"], ", ".join(moved[:5]), staging,
+                       "is another file" if len(moved) == 1 else "are other files", "" if len(moved) == 1 else "s",
+                       staging))
+            ctx["status"] = "failed"
+            self.write_status(ctx)
+            res.update(result="failed", errors=[msg])
+            with self.lock:
+                self.errors.append(msg)
+            return res
         self.write_marker(ctx, staging, keys)
         os.unlink(os.path.join(staging, mw.STAGING_STATE))
         for dirpath, _dirs, _names in os.walk(staging):
             mio.fsync_dir(dirpath)
-        old, how = mio.swap_into_place(staging, r["final"])
-        if old:
-            shutil.rmtree(old, ignore_errors=True)
+        crit = getattr(self, "critical", None) or threading.Lock()
+        with crit:
+            old, how = mio.swap_into_place(staging, r["final"])
+            if old:
+                shutil.rmtree(old, ignore_errors=True)
+        if getattr(self, "term", False):
+            os._exit(143)
         ctx["status"] = "complete"
         self.write_status(ctx)
         res.update(result="done", swap=how, elapsed_s=round(time.time() - t0, 2),
@@ -965,6 +1103,41 @@ def load_secrets(path):
 def io_delta(before):
     after = mio.proc_io()
     return {k: after.get(k, 0) - before.get(k, 0) for k in ("rchar", "wchar", "syscr", "read_bytes", "write_bytes")}
+
+
+def holder_doc(p):
+    """Who holds a lock: this process, the run, the user (and whom sudo ran it for), since when."""
+    user = pwd.getpwuid(os.getuid()).pw_name
+    return {"pid": os.getpid(), "run_id": p["run_id"] or os.path.basename(p["run_dir"]), "since": time.time(),
+            "user": user + (" (sudo from %s)" % os.environ["SUDO_USER"] if os.environ.get("SUDO_USER") else ""),
+            "host": p["host"], "module": "model_weights_stage", "mode": p["mode"]}
+
+
+def take_locks(module, p, finals, prog):
+    """The lock of every model directory this run changes (model_weights_io.DirLock, sorted by path so two runs
+    never wait on each other crosswise), held until the process ends. A directory another run holds: waited on up
+    to lock_wait_s (the progress file says on whom), or with takeover that run (this module, by its pid) is ended
+    first; then refused naming the holder."""
+    t0 = time.time()
+    holder = holder_doc(p)
+    held = []
+    for final in sorted(set(finals)):
+        os.makedirs(os.path.dirname(final), 0o755, exist_ok=True)
+        lock = mio.DirLock(final, holder)
+
+        def on_wait(doc, waited, final=final):
+            prog.lock_wait = "%s: %s is being staged by another run (%s); waited %d of %d s" % (
+                p["host"], final, mio.holder_text(doc, mio.lock_path(final)), waited, p["lock_wait_s"])
+            prog.write()
+        if not lock.acquire(p["lock_wait_s"], takeover=p["takeover"], on_wait=on_wait):
+            doc = mio.read_holder(lock.path)
+            module.fail_json(msg=mw.lock_refusal(p["host"], final, mio.holder_text(doc, lock.path),
+                                                 time.time() - t0, p["takeover"]),
+                             problems=[], weight_bytes_read=0, io={}, elapsed_s=round(time.time() - t0, 3),
+                             lock_holder=doc)
+        held.append(lock)
+    prog.lock_wait = None
+    return {"locks": held, "waited_s": round(time.time() - t0, 2)}
 
 
 def do_inspect(module, p, counters, io0, t0):
@@ -1008,6 +1181,11 @@ def main():
             root=dict(type="path"),
             stop_file=dict(type="path"),
             max_s=dict(type="int", default=86400),
+            retry_delay_s=dict(type="float", default=2.0),
+            retry_max_delay_s=dict(type="float", default=30.0),
+            lock_wait_s=dict(type="int", default=300),
+            takeover=dict(type="bool", default=False),
+            run_id=dict(type="str", default=""),
         ),
         supports_check_mode=True,
     )
@@ -1015,6 +1193,10 @@ def main():
     t0 = time.time()
     io0 = mio.proc_io()
     counters = Counters()
+    bad_names = mw.check_models(p["host"], p["models"])
+    if bad_names:
+        module.fail_json(msg=" || ".join(bad_names[:20]), problems=bad_names, weight_bytes_read=0, io={},
+                         elapsed_s=0.0)
     if p["mode"] == "serve":
         return serve(module, p, t0, io0)
     results, fss, problems = do_inspect(module, p, counters, io0, t0)
@@ -1030,6 +1212,20 @@ def main():
     os.makedirs(p["run_dir"], 0o700, exist_ok=True)
     stager = Stager(module, p, load_secrets(p["secrets_file"]), counters)
     prog = stager.progress
+    locks = take_locks(module, p, [r["final"] for r in results], prog)
+    # under the locks, the directories are judged again: another run may have finished (or changed) them meanwhile
+    results, fss, problems = do_inspect(module, p, counters, io0, t0)
+    out.update(problems=problems, filesystems=fss, models=[public(r) for r in results])
+    if problems:
+        module.fail_json(msg=" || ".join(problems), weight_bytes_read=0, io=io_delta(io0), **{
+            k: v for k, v in out.items() if k != "changed"})
+    if all(r["state"] == "complete" for r in results):
+        prog.finished = True
+        prog.write()
+        out.update(weight_bytes_read=counters.weight_read, meta_bytes_read=counters.meta_read, io=io_delta(io0),
+                   elapsed_s=round(time.time() - t0, 3), lock_waited_s=locks["waited_s"])
+        module.exit_json(**out)
+    stager.install_sigterm()
     prog.total = sum(r["fetch_bytes"] for r in results)
     prog.files_total = sum(r["actions"].get("fetch", 0) + r["actions"].get("resume", 0) for r in results)
     prog.sources = sorted({describe(m.get("source") or {"type": "none"}) for m, r in zip(p["models"], results)
@@ -1058,6 +1254,7 @@ def main():
     elapsed = round(time.time() - t0, 3)
     fetched = counters.fetched
     out.update(changed=changed, errors=stager.errors, notes=notes, weight_bytes_read=counters.weight_read,
+               lock_waited_s=locks["waited_s"],
                bytes_fetched=fetched, io=io_delta(io0), elapsed_s=elapsed, fsync_s=round(counters.fsync_s, 2),
                rate_bps=round(fetched / elapsed, 1) if elapsed else 0)
     if stager.errors:
@@ -1079,6 +1276,17 @@ def serve(module, p, t0, io0):
         models.append({"rel": m["rel"], "names": set(files), "digest": mw.manifest_digest(files), "final": final,
                        "staging": staging_path(final) if final else None, "root": p["root"],
                        "status_name": mw.status_name(m["rel"])})
+    # one server per port: an earlier run's server (a Ctrl-C'd play leaves its async job) holds this lock; with
+    # takeover it is ended (SIGTERM) like an earlier stage, else this run is refused naming it
+    run_parent = os.path.dirname(os.path.abspath(p["run_dir"]))
+    os.makedirs(run_parent, 0o700, exist_ok=True)
+    port_lock = mio.DirLock(os.path.join(run_parent, "serve-%d" % p["port"]), holder_doc(p))
+    if not port_lock.acquire(10 if p["takeover"] else 0, takeover=p["takeover"]):
+        module.fail_json(msg="%s: port %s is served by an earlier run's weights server: %s; fix: re-run with -e "
+                             "model_weights_takeover=true to end it, or wait until it stops (its max_s)" % (
+                                 p["host"], p["port"], mio.holder_text(mio.read_holder(port_lock.path),
+                                                                       port_lock.path)),
+                         problems=[], lock_holder=mio.read_holder(port_lock.path))
     try:
         srv = mio.WeightsServer(p["bind_address"], p["port"], token, models, kind=p["kind"], run_dir=p["run_dir"])
     except OSError as exc:

@@ -13,12 +13,15 @@ description:
     version that knows the ConnectX-8), and for every device to burn checks the image before anything changes - its
     sha256 against the inventory's, and the PSID and version the image itself carries (C(flint -i IMAGE query)) against
     the device and the target, C(flint -i IMAGE verify) - and asks C(mlxfwreset -d DEV query) which reset levels the
-    device supports (live reset or reboot). A device already at its target is skipped (no burn, no reset).
+    device supports (live reset or reboot). A device already at its target is skipped (no burn, no reset). A target
+    OLDER than the running version (a downgrade) is refused unless the image entry's C(allow_downgrade_from) lists
+    that running version; an allowed one is marked C(downgrade) and its reason starts with DOWNGRADE.
   - V(burn) runs C(flint -d PCI -i IMAGE -y burn) for each device the plan burns, one after the other; the first
     failure stops the module, naming the device, the tool's error and what state the NIC is in. Never passes
-    C(-allow_psid_change), C(-nofs) or C(-clear_semaphore).
-  - V(activate) runs C(mlxfwreset -d PCI reset -l LEVEL -y) where the plan chose a live reset; a reboot plan is the
-    caller's (the role reboots the host).
+    C(-allow_psid_change), C(-nofs) or C(-clear_semaphore). Each burn runs under the NIC's lock (O(lock_dir)), after
+    C(flint -d PCI q) shows the flash still holds what the plan saw (else another run burned it, and it is refused).
+  - V(activate) runs C(mlxfwreset -d PCI reset -l LEVEL -y) where the plan chose a live reset, under the NIC's lock;
+    a reboot plan is the caller's (the role reboots the host).
   - V(devices) (read-only, no tool run) is the plan without the tools - what each device needs and what taking the
     host out of service means (O(instances), O(router_hosts), O(maintenance)) - so nothing is copied to a host that
     needs nothing.
@@ -65,6 +68,8 @@ options:
       - Firmware images, one per PSID and version - C(psid), C(version), C(sha256) (64 hex digits, pinned in the
         inventory), C(path), C(where) and, for V(plan), C(host_path) (where the role put it on the host). V(devices)
         checks the list's shape.
+      - C(allow_downgrade_from) (optional, one version or a list) - the RUNNING versions this image may replace although
+        it is older (an explicit rollback, per PSID and version); without it a downgrade is refused.
     type: list
     elements: dict
     default: []
@@ -73,7 +78,10 @@ options:
     type: dict
     default: {}
   live_levels:
-    description: mlxfwreset levels a live activation may use, in order of preference, only where the device says it supports them.
+    description:
+      - mlxfwreset levels a live activation may use, in order of preference, only where the device says it supports them.
+      - Only 0 and 3 keep the host up (mstfwreset(1) - 4 is a warm and 5 a cold reboot of the machine); any other level
+        is refused by V(devices) and V(plan), and the reset's transcript is read - a reset that reboots the machine fails.
     type: list
     elements: int
     default: [3]
@@ -119,6 +127,23 @@ options:
     type: list
     elements: path
     default: []
+  lock_dir:
+    description:
+      - V(burn) and V(activate) hold an exclusive C(flock) on C(<lock_dir>/b300-nic-<pci>.lock) around each device's
+        burn (with a re-read of its flash, C(flint -d PCI q), first) and reset; the kernel frees it when the module
+        ends. A second caller is refused at once, naming the holder written in the file.
+    type: path
+    default: /run/lock
+  lock_holder:
+    description: Who and which run holds the per-device lock (written into the lock file, named to a refused caller).
+    type: str
+    default: ""
+  keep_out_on_failure:
+    description: >-
+      V(burn) - a fail-safe burn failure (the old image runs) returns RV(after_failure) C(put_back=true) unless
+      this is set (C(nic_firmware_update_keep_out_on_failure)).
+    type: bool
+    default: false
 notes:
   - V(plan) fails (after returning the plan) when any device cannot be updated safely; the message lists every problem.
 """
@@ -149,19 +174,24 @@ RETURN = r"""
 plan:
   description: >-
     devices (per device - device, pci_address, model, psid, role, fw_running, fw_pending, verdict, row, rule,
-    expected, target, action skip|burn|activate|refuse, reason, image), tool (tool, package, version, ok, reason,
+    expected, target, action skip|burn|activate|refuse, downgrade, reason, image), downgrades (the reason of each
+    allowed downgrade, one line each), tool (tool, package, version, ok, reason,
     path, checked), reset_tool (path or null), activation (method live|reboot|none, level, per_device, reason),
     problems (one line each), to_burn and to_activate (device names).
   returned: always
   type: dict
   sample: {to_burn: [mlx5_3], activation: {method: reboot}}
 burned:
-  description: Devices burned by this run (V(burn)), each with device, pci_address, target, flash_before, flash_new, seconds.
+  description: >-
+    Devices burned by this run (V(burn)), each with device, pci_address, target, flash_before, flash_new, downgrade
+    (an allowed downgrade), seconds.
   returned: always
   type: list
   elements: dict
 activated:
-  description: Devices live-reset by this run (V(activate)), each with device, level, seconds.
+  description: >-
+    Devices live-reset by this run (V(activate)), each with device, level, seconds and stages (the transcript's
+    C(-I-) stages and their Done/Skipped).
   returned: always
   type: list
   elements: dict
@@ -171,8 +201,17 @@ commands:
   type: list
   elements: list
 failed_device:
-  description: The device whose burn or reset failed, with the tool's output and the NIC's state (null when none).
+  description: >-
+    The device whose burn or reset failed or was refused, with kind (burn - flint failed, fail-safe; changed - the
+    flash is not what the plan saw; locked - another run holds the NIC's lock; reset), the tool's output and the NIC's
+    state (null when none).
   returned: always
+  type: dict
+after_failure:
+  description: >-
+    On a failed or refused V(burn) / V(activate) only - put_back (whether the role puts the host back in service: only
+    after flint's own fail-safe burn failure, unless O(keep_out_on_failure)) and reason (module_utils fw_update.after_failure).
+  returned: on failure of burn or activate
   type: dict
 service:
   description: V(devices) - mode none|rolling|outage, allowed, instances (ids on this host), reason.
@@ -183,7 +222,9 @@ verify:
   returned: when action is verify
   type: dict
 report:
-  description: V(report) - md and json (paths written) and summary (hosts, exit_code 0|2, check_mode, by_status).
+  description: >-
+    V(report) - md and json (paths written), text (the Markdown), summary (hosts, exit_code 0|2, check_mode,
+    by_status) and resume (host - the command that resumes each failed or refused host).
   returned: when action is report
   type: dict
 """
@@ -229,10 +270,10 @@ def _rows(module, p, commands):
 
 
 def devices_only(module, p, commands):
-    devices = fu.plan_devices(p["rdma_nics"], _rows(module, p, commands), p["policy"])
+    devices = fu.apply_downgrades(fu.plan_devices(p["rdma_nics"], _rows(module, p, commands), p["policy"]), p["images"])
     return {"devices": devices, "to_burn": [d["device"] for d in devices if d["action"] == "burn"],
             "to_activate": [d["device"] for d in devices if d["action"] in ("burn", "activate")],
-            "problems": fu.check_images_input(p["images"]) + [
+            "problems": fu.check_images_input(p["images"]) + fu.check_live_levels(p["live_levels"]) + [
                 "%s (%s): %s" % (d["device"], d["pci_address"], d["reason"]) for d in devices if d["action"] == "refuse"]}
 
 
@@ -242,10 +283,14 @@ def report(p):
     for f in sorted(glob.glob(os.path.join(d, "*.json"))):
         with open(f) as fh:
             e = json.load(fh)
+        if e.get("status") == "failed" and not e.get("after_failure"):
+            e["after_failure"] = fu.after_failure(e.get("stage"), None)
         results.append(fu.host_result(e["host"], (e.get("plan") or {}).get("devices"), e.get("stage"), e.get("status"),
                                       (e.get("plan") or {}).get("activation"), e.get("verify"), e.get("problems"),
                                       fu.spans(e.get("stamps"), e.get("end")), e.get("service"),
-                                      (e.get("plan") or {}).get("tool")))
+                                      (e.get("plan") or {}).get("tool"), e.get("after_failure"),
+                                      fu.resume_command(e["host"], e.get("inventory"), e.get("root"),
+                                                        (e.get("service") or {}).get("mode") == "outage")))
     md, js = fu.render_report(results, p["report_name"], p["check_mode_run"])
     paths = {}
     for ext, text in (("md", md), ("json", json.dumps(js, indent=2, sort_keys=True) + "\n")):
@@ -255,13 +300,14 @@ def report(p):
         os.replace(path + ".tmp", path)
         shutil.copyfile(path, os.path.join(p["report_dir"], "latest.%s" % ext))
         paths[ext] = path
-    return dict(paths, summary=js["summary"], text=md)
+    return dict(paths, summary=js["summary"], text=md, resume={r["host"]: r["resume"] for r in results if r["resume"]})
 
 
 def plan(module, p, commands):
-    devices = fu.plan_devices(p["rdma_nics"], _rows(module, p, commands), p["policy"])
+    devices = fu.apply_downgrades(fu.plan_devices(p["rdma_nics"], _rows(module, p, commands), p["policy"]), p["images"])
     todo = [d for d in devices if d["action"] in ("burn", "activate")]
     problems = ["%s (%s): %s" % (d["device"], d["pci_address"], d["reason"]) for d in devices if d["action"] == "refuse"]
+    problems += fu.check_live_levels(p["live_levels"])
     tool = _tool(module, p, commands) if todo else {"tool": None, "ok": True, "reason": "nothing to burn", "path": None,
                                                     "checked": []}
     if todo and not tool["ok"]:
@@ -304,8 +350,28 @@ def plan(module, p, commands):
             queries[d["device"]] = {"error": str(exc)}
     act = fu.activation(queries, p["live_levels"])
     return {"devices": devices, "tool": tool, "reset_tool": reset_tool, "activation": act, "problems": problems,
+            "downgrades": [d["reason"] for d in devices if d.get("downgrade")],
             "to_burn": [d["device"] for d in devices if d["action"] == "burn"],
             "to_activate": [d["device"] for d in todo]}
+
+
+def _locked(module, p, d, what, commands, pl, done_key, done):
+    """The NIC's lock (fu.DeviceLock), held until the caller releases it; a held lock refuses this call, naming its
+    holder."""
+    path = fu.lock_path(p["lock_dir"], d["pci_address"])
+    lock = fu.DeviceLock(path, {"holder": "nic_firmware_update %s" % what, "run": p["lock_holder"],
+                                "device": d["device"]})
+    try:
+        holder = lock.acquire()
+    except (IOError, OSError) as exc:
+        holder = "the lock could not be taken: %s" % exc
+    if holder is not None:
+        res = {"plan": pl, "burned": [], "activated": [], "commands": commands}
+        res[done_key] = done
+        module.fail_json(msg=fu.lock_refusal(d, what, holder, path), failed_device=dict(d, kind="locked"),
+                         after_failure=fu.after_failure("burn" if what == "burn" else "activate", "locked",
+                                                        p["keep_out_on_failure"]), **res)
+    return lock
 
 
 def burn(module, p, commands):
@@ -316,18 +382,33 @@ def burn(module, p, commands):
         if module.check_mode:
             commands.append(argv)
             continue
-        t0 = time.monotonic()
-        rc, out, err = _run(module, argv, commands)
+        lock = _locked(module, p, d, "burn", commands, pl, "burned", done)
+        try:
+            rc, out, err = _run(module, [pl["tool"]["path"], "-d", d["pci_address"], "q"], commands)
+            try:
+                query = fu.parse_flint_query(out + err) if rc == 0 else {"error": (err or out).strip()[:300]}
+            except ValueError as exc:
+                query = {"error": str(exc)}
+            why = fu.burn_still_needed(d, query)
+            if why:
+                module.fail_json(msg=why, plan=pl, burned=done, activated=[], commands=commands,
+                                 failed_device=dict(d, kind="changed", state=why),
+                                 after_failure=fu.after_failure("burn", "changed", p["keep_out_on_failure"]))
+            t0 = time.monotonic()
+            rc, out, err = _run(module, argv, commands)
+        finally:
+            lock.release()
         res = fu.parse_flint_burn(out + "\n" + err, rc)
         if not res["ok"]:
-            state = fu.nic_state("burn", d, res["error"])
+            state = fu.nic_state("burn", d)
             module.fail_json(msg="%s (%s): burn failed: %s. NIC state: %s" % (d["device"], d["pci_address"],
                                                                               res["error"], state),
                              plan=pl, burned=done, activated=[], commands=commands,
-                             failed_device=dict(d, output=(out + err)[-2000:], state=state))
+                             failed_device=dict(d, kind="burn", output=(out + err)[-2000:], state=state),
+                             after_failure=fu.after_failure("burn", "burn", p["keep_out_on_failure"]))
         done.append({"device": d["device"], "pci_address": d["pci_address"], "target": d["target"],
                      "flash_before": res["flash_before"], "flash_new": res["flash_new"],
-                     "seconds": round(time.monotonic() - t0, 2)})
+                     "downgrade": bool(d.get("downgrade")), "seconds": round(time.monotonic() - t0, 2)})
     return done
 
 
@@ -340,17 +421,29 @@ def activate(module, p, commands):
     for d in [x for x in pl.get("devices", []) if x["action"] in ("burn", "activate")]:
         level = act["per_device"][d["device"]]["level"]
         argv = [pl["reset_tool"], "-d", d["pci_address"], "reset", "-l", str(level), "-y"]
+        if level not in fu.LIVE_RESET_LEVELS:      # a plan from elsewhere: never a level that reboots the machine
+            module.fail_json(msg="%s (%s): refused mlxfwreset -l %s: %s" % (
+                d["device"], d["pci_address"], level, "; ".join(fu.check_live_levels([level]))), plan=pl, burned=[],
+                activated=done, commands=commands, failed_device=dict(d, state=fu.nic_state("activate", d)))
         if module.check_mode:
             commands.append(argv)
             continue
-        t0 = time.monotonic()
-        rc, out, err = _run(module, argv, commands)
-        if rc != 0:
+        lock = _locked(module, p, d, "reset", commands, pl, "activated", done)
+        try:
+            t0 = time.monotonic()
+            rc, out, err = _run(module, argv, commands)
+        finally:
+            lock.release()
+        res = fu.parse_mlxfwreset_reset(out + "\n" + err, rc)
+        why = fu.judge_live_reset(res, level)
+        if why:
             state = fu.nic_state("activate", d)
-            module.fail_json(msg="%s (%s): mlxfwreset -l %s failed: %s. NIC state: %s" % (
-                d["device"], d["pci_address"], level, (err or out).strip()[:300], state), plan=pl, burned=[],
-                activated=done, commands=commands, failed_device=dict(d, output=(out + err)[-2000:], state=state))
-        done.append({"device": d["device"], "level": level, "seconds": round(time.monotonic() - t0, 2)})
+            module.fail_json(msg="%s (%s): mlxfwreset -l %s: %s. NIC state: %s" % (
+                d["device"], d["pci_address"], level, why, state), plan=pl, burned=[],
+                activated=done, commands=commands, failed_device=dict(d, kind="reset", output=(out + err)[-2000:],
+                                                                      state=state))
+        done.append({"device": d["device"], "level": level, "seconds": round(time.monotonic() - t0, 2),
+                     "stages": res["stages"]})
     return done
 
 
@@ -375,6 +468,9 @@ def main():
             live_levels=dict(type="list", elements="int", default=[3]),
             plan=dict(type="dict", default={}),
             bin_path=dict(type="list", elements="path", default=[]),
+            lock_dir=dict(type="path", default="/run/lock"),
+            lock_holder=dict(type="str", default=""),
+            keep_out_on_failure=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )
