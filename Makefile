@@ -10,7 +10,7 @@ N ?= 2
 PROFILE ?= kimi_k3
 SANDBOX_INV := inventory/sandbox
 
-.PHONY: help deps venv image wheelhouse sandbox sandbox-down demo test lint sanity unit parser integration integration-fleet integration-controller molecule thermal audit reliability ee acceptance plan sweep quality-gate
+.PHONY: help deps venv image wheelhouse sandbox sandbox-down demo test lint sanity unit parser integration integration-fleet integration-controller molecule thermal audit reliability ee acceptance plan host-stack-plan sweep quality-gate
 
 help:
 	@echo "make demo      bring up the sandbox (2 emulated B300 hosts) and run site.yml -l b300a,b300b on it (PROFILE=kimi_k3|glm52_pd)"
@@ -96,6 +96,9 @@ ee: image  ## the execution environment image localhost/b300-ee:latest (executio
 
 plan: venv  ## what site.yml would deploy for PROFILE (per instance GPUs, ports, RDMA, unit command line + env), no host touched; INV=inventory/production for the real hosts
 	tools/plan -i $(or $(INV),$(SANDBOX_INV)) $(PROFILE)
+
+host-stack-plan: venv  ## what the host-stack stage would install/hold/remove and whether a reboot follows, then its proof (reads the hosts, changes nothing: --check); INV=inventory/production by default, LIMIT=b300a
+	ansible-playbook playbooks/host_stack.yml --check -i $(or $(INV),inventory/production) $(if $(LIMIT),-l $(LIMIT))
 
 audit: venv  ## the on-call firmware/GPU audit (read-only); INV=inventory/sandbox for the sandbox
 	tools/fw-audit -i $(or $(INV),inventory/production)

@@ -946,6 +946,16 @@ def _w(path, text):
         fh.write(text)
 
 
+# SYNTHESIZED PCI VPD of the NVSwitch management bridge (PCI spec layout: 0x82 identifier, 0x90 VPD-R, 0x78 end):
+# what matters is the string SW_MNG, which NVIDIA's driver container greps for in /sys/class/infiniband/*/device/vpd to
+# detect NVLink 5 (NVIDIA/gpu-driver-container ubuntu24.04/nvidia-driver:169-191, ../shared/reference/
+# host-stack-facts.md). The keyword that carries it on a real board is not public here (V2 is a placeholder).
+_VPD_ID = b"NVIDIA ConnectX-7 NVSwitch management (SYNTHESIZED)"
+_VPD_R = b"PN\x10MCX750500B-0D00 V2\x06SW_MNGRV\x01\x00"
+SW_MNG_VPD = (b"\x82" + len(_VPD_ID).to_bytes(2, "little") + _VPD_ID + b"\x90" + len(_VPD_R).to_bytes(2, "little")
+              + _VPD_R + b"\x78")
+
+
 def _ln(target, link):
     os.makedirs(os.path.dirname(link), exist_ok=True)
     if os.path.lexists(link):
@@ -994,6 +1004,9 @@ def build_sys_tree(st, dest):
             _w(os.path.join(p, "subsystem_vendor"), "0x15b3\n")
             _w(os.path.join(p, "current_link_speed"), "64.0 GT/s PCIe\n" if n["model"] == "ConnectX-8" else "32.0 GT/s PCIe\n")
             _w(os.path.join(p, "current_link_width"), "%d\n" % n.get("pcie_width", 16))
+            if n.get("role") == "fabric_manager":
+                with open(os.path.join(p, "vpd"), "wb") as fh:
+                    fh.write(SW_MNG_VPD)
             _ln(os.path.join(dest, "bus", "pci", "drivers", "mlx5_core"), os.path.join(p, "driver"))
             _ln(p, os.path.join(dest, "bus", "pci", "drivers", "mlx5_core", addr))
             ibd = os.path.join(p, "infiniband", n["name"])

@@ -157,7 +157,7 @@ def tree_listing(root):
             if os.path.islink(p):
                 items[rel] = ("link", os.readlink(p))
             elif os.path.isfile(p):
-                with open(p) as fh:
+                with open(p, "rb") as fh:
                     items[rel] = ("file", fh.read())
             else:
                 items[rel] = ("dir", None)

@@ -384,3 +384,28 @@ def test_role_defaults_and_argument_specs_in_sync():
     # policy choices in the spec are exactly what the matrix logic accepts
     for name in ("nic_firmware_gate_unknown_policy", "nic_firmware_gate_pending_reset_policy"):
         assert sorted(specs[name]["choices"]) == sorted(fm.POLICY_CHOICES)
+
+
+def test_fleet_audit_reads_the_host_stack_proof(rows):
+    """Issue 36: the audit reads the host stack's proof (roles/host_stack, read-only): a failing check is a finding of
+    the host (exit 2), in the Findings section and in its own textfile gauge; the NIC verdicts stay the NICs'."""
+    fail = ("b300b: host_stack check modules_loaded failed: found not loaded: ib_umad; expected loaded: mlx5_ib, "
+            "ib_umad; fix: modprobe ib_umad")
+    hosts = {
+        "b300a": {"status": "ok", "rdma_nics": facts(b300_host()), "gpu_topology": _gpu(),
+                  "host_stack": {"summary": ["modules_loaded | pass | loaded"], "failures": []}},
+        "b300b": {"unreachable": False, "ansible_facts": {"rdma_nics": facts(b300_host()), "gpu_topology": _gpu()},
+                  "host_stack": {"summary": ["modules_loaded | fail | not loaded: ib_umad"], "failures": [fail]}},
+    }
+    rep = fm.audit_fleet(hosts, rows)
+    assert rep["summary"]["failing"] == ["b300b"] and rep["summary"]["exit_code"] == 2
+    assert rep["hosts"]["b300b"]["messages"] == [fail] and rep["hosts"]["b300b"]["status"] == "ok"
+    assert "- " + fail in render_report("firmware_audit.md.j2", rep)
+    prom_b = render_report("firmware_audit.prom.j2", rep, audit_prom_host="b300b")
+    assert 'b300_host_stack_ok{host="b300b"} 0' in prom_b and 'b300_nic_firmware_ok{host="b300b"} 1' in prom_b
+    assert 'b300_host_stack_ok{host="b300a"} 1' in render_report("firmware_audit.prom.j2", rep, audit_prom_host="b300a")
+    # a host the audit did not read the stack of (host_stack_enabled false) has no stack gauge and no finding
+    del hosts["b300b"]["host_stack"]
+    rep = fm.audit_fleet(hosts, rows)
+    assert rep["summary"]["exit_code"] == 0
+    assert "b300_host_stack_ok" not in render_report("firmware_audit.prom.j2", rep, audit_prom_host="b300b")

@@ -118,7 +118,7 @@ def test_build_healthy_b300_excludes_fabric_manager_cx7(tmp_path):
     assert d0 == {
         "name": "mlx5_0", "pci_address": synth.nic_pci(0), "pci_device_id": "1023", "model": "ConnectX-8",
         "fw_ver": "40.47.1026", "psid": "MT_0000001217", "node_type": "CA", "numa_node": 0,
-        "netdevs": ["ibp20s0"],
+        "netdevs": ["ibp20s0"], "sw_mng": False,
         "ports": [{"port": 1, "state": "ACTIVE", "state_code": 4, "rate_gbps": 400, "rate": "400 Gb/sec (4X NDR)",
                    "link_layer": "InfiniBand"}],
         "role": "data", "usable": True, "unusable_reasons": [], "fw_pending": None, "fw_available": None,
@@ -217,3 +217,43 @@ def test_no_infiniband_class(tmp_path):
 def test_models(tmp_path, dev_id, model):
     root = synth.make_sysfs(tmp_path, nics=1, fm_nic=False, nic_device_id=dev_id)
     assert rn.build_rdma_nics(root)["devices"][0]["model"] == model
+
+
+# ----------------------------------------------------------------- the NVSwitch management bridge (SW_MNG in the VPD)
+def test_sw_mng_vpd_makes_the_bridge_fabric_manager_without_cx8(tmp_path):
+    """A ConnectX-7 alone is a data NIC (test above) unless its VPD says SW_MNG: then it is the NVSwitch management
+    bridge, never usable for data, and the reason names the VPD (issue 36)."""
+    root = synth.make_sysfs(tmp_path, nics=2, fm_nic=True, nic_device_id="1021", sw_mng=(2,))
+    r = rn.build_rdma_nics(root)
+    bridge = r["devices"][2]
+    assert (bridge["name"], bridge["sw_mng"], bridge["role"], bridge["usable"]) == ("mlx5_2", True, "fabric_manager",
+                                                                                    False)
+    assert bridge["unusable_reasons"][0].startswith("NVSwitch management bridge (ConnectX-7 0000:f1:00.0, SW_MNG in "
+                                                    "its VPD)")
+    assert [d["sw_mng"] for d in r["devices"][:2]] == [False, False]
+    assert r["usable_devices"] == ["mlx5_0", "mlx5_1"]
+
+
+def test_vpd_without_sw_mng_changes_nothing(tmp_path):
+    root = synth.make_sysfs(tmp_path, nics=2, fm_nic=False, nic_device_id="1021")
+    pdev = rn.os.path.join(root, "class", "infiniband", "mlx5_0", "device")
+    with open(rn.os.path.join(pdev, "vpd"), "wb") as fh:
+        fh.write(synth.SW_MNG_VPD.replace(b"SW_MNG", b"SW_ABC"))
+    r = rn.build_rdma_nics(root)
+    assert [(d["sw_mng"], d["role"]) for d in r["devices"]] == [(False, "data"), (False, "data")]
+
+
+def test_sw_mng_bridge_left_out_of_the_firmware_gate(tmp_path):
+    """The gate never judges the bridge's firmware (flint cannot read it): an unknown version on it is not a failure,
+    the same version on a data ConnectX-7 is."""
+    import yaml
+
+    from ansible_collections.b300.rollout.plugins.module_utils import fw_matrix
+    matrix = pathlib.Path(__file__).resolve().parents[2] / "roles" / "nic_firmware_gate" / "vars" / "nic_fw_matrix.yml"
+    rows = fw_matrix.load_matrix_doc(yaml.safe_load(matrix.read_text()))
+    root = synth.make_sysfs(tmp_path, nics=1, nic_device_id="1021", fw="1.0.0", sw_mng=(1,))
+    r = rn.build_rdma_nics(root, "OFED-internal-25.10-1.2.2:")
+    res = fw_matrix.check_host(r, rows)
+    by_dev = {v["device"]: v for v in res["verdicts"]}
+    assert by_dev["mlx5_1"]["verdict"] == "ignored" and "not a data NIC" in by_dev["mlx5_1"]["reason"]
+    assert by_dev["mlx5_0"]["severity"] == "fail"

@@ -507,7 +507,8 @@ def host_entry(value):
     facts = value.get("ansible_facts") or value.get("gathered") or {}
     errors = value.get("gather_errors") or {}
     entry = {"status": "ok", "msg": "; ".join("%s: %s" % kv for kv in sorted(errors.items())),
-             "rdma_nics": facts.get("rdma_nics"), "gpu_topology": facts.get("gpu_topology")}
+             "rdma_nics": facts.get("rdma_nics"), "gpu_topology": facts.get("gpu_topology"),
+             "host_stack": value.get("host_stack")}
     if entry["rdma_nics"] is None:
         entry["status"] = "failed"
         entry["msg"] = entry["msg"] or "no rdma_nics facts returned"
@@ -532,6 +533,12 @@ def audit_fleet(hosts, rows, policy=None):
                 report["nic_rows"].append(r)
         elif state == "ok":
             entry.update(status="failed", msg=entry["msg"] or "no rdma_nics facts")
+        stack = h.get("host_stack")
+        if state == "ok" and stack:
+            # the host stack's proof (roles/host_stack, read-only): each failing check is a finding of this host
+            failures = list(stack.get("failures") or [])
+            entry["host_stack"] = {"summary": stack.get("summary") or [], "failures": failures}
+            entry["messages"] = entry.get("messages", []) + failures
         if state == "ok":
             if h.get("gpu_topology") is not None:
                 gpu_by_host[host] = h["gpu_topology"]
@@ -546,7 +553,8 @@ def audit_fleet(hosts, rows, policy=None):
     for r in report["nic_rows"]:
         verdicts[r["verdict"]] = verdicts.get(r["verdict"], 0) + 1
     unreachable = sorted(h for h, e in report["hosts"].items() if e["status"] in ("unreachable", "failed"))
-    failing = sorted(h for h, e in report["hosts"].items() if e["status"] == "fail")
+    failing = sorted(h for h, e in report["hosts"].items()
+                     if e["status"] == "fail" or (e.get("host_stack") or {}).get("failures"))
     report["summary"] = {
         "hosts": len(statuses), "unreachable_or_failed": unreachable, "failing": failing,
         "warning": sorted(h for h, e in report["hosts"].items() if e["status"] == "warn"),

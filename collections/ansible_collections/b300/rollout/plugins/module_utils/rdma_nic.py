@@ -48,6 +48,26 @@ def _read(path):
         return None
 
 
+def _read_bytes(path, limit=65536):
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(limit)
+    except OSError:
+        return b""
+
+
+# The NVSwitch management bridge of an HGX B200/B300 (an onboard ConnectX-7) says SW_MNG in its PCI VPD: NVIDIA's
+# driver container detects NVLink 5 by this string in /sys/class/infiniband/*/device/vpd (NVIDIA/gpu-driver-container
+# ubuntu24.04/nvidia-driver:169-191; ../shared/reference/host-stack-facts.md). flint cannot read that device
+# (Mellanox/nic-configuration-operator #496) and nothing should burn it: it is never a data NIC.
+SW_MNG_MARK = b"SW_MNG"
+
+
+def vpd_is_sw_mng(pci_device_dir):
+    """True when the PCI device's VPD (binary, read as bytes) carries ``SW_MNG``."""
+    return SW_MNG_MARK in _read_bytes(os.path.join(pci_device_dir, "vpd"))
+
+
 def _listdir(path):
     try:
         return sorted(os.listdir(path))
@@ -525,6 +545,7 @@ def read_ib_devices(sysfs_root):
             "node_type": node_type,
             "numa_node": numa,
             "netdevs": _listdir(os.path.join(pci_dev, "net")),
+            "sw_mng": vpd_is_sw_mng(pci_dev),
             "ports": ports,
         })
     return devices
@@ -594,7 +615,12 @@ def build_rdma_nics(sysfs_root="/sys", ofed_info_text=None, mlxfwmanager_text=No
     for d in devices:
         reasons = []
         role = "data"
-        if d["name"] in fm_names or (d["model"] == "ConnectX-7" and has_data_gen):
+        if d["sw_mng"]:
+            role = "fabric_manager"
+            reasons.append("NVSwitch management bridge (%s %s, SW_MNG in its VPD): serves the fabric manager and "
+                           "NVLSM, not a data NIC; left out of the firmware gate, the audit and the update (flint "
+                           "cannot read it)" % (d["model"], d["pci_address"]))
+        elif d["name"] in fm_names or (d["model"] == "ConnectX-7" and has_data_gen):
             role = "fabric_manager"
             reasons.append("fabric-manager NIC (%s %s): reserved for NVLink management, not for data" % (
                 d["model"], d["pci_address"]))

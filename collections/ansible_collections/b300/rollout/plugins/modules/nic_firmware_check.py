@@ -165,7 +165,9 @@ report:
   contains:
     hosts:
       description: Host -> status (V(ok), V(warn), V(fail), V(unreachable), V(failed)), msg, and for judged hosts nic
-        (the single-host result) and messages.
+        (the single-host result) and messages; host_stack (summary, failures) where the audit read the host stack's
+        proof (a failing check is one of its messages and puts the host in the summary's failing list, exit code
+        2).
       type: dict
       returned: always
     nic_rows:

@@ -11,8 +11,9 @@ description:
   - Reads C(<sysfs_root>/class/infiniband) and C(<sysfs_root>/module/mlx5_core/version), runs C(ofed_info -s) and
     C(mlxfwmanager --query) once each when present, and returns C(ansible_facts.rdma_nics) as described in
     docs/CONTRACTS.md.
-  - Marks devices unusable (port not ACTIVE, link layer unknown, node type not CA) and gives the NVLink
-    fabric-manager ConnectX-7 of an HGX B300 the role C(fabric_manager) and, on a host with ConnectX-8/9, every
+  - Marks devices unusable (port not ACTIVE, link layer unknown, node type not CA) and gives the NVSwitch
+    management bridge (C(SW_MNG) in the device's PCI VPD; else the ConnectX-7 beside ConnectX-8/9) the role
+    C(fabric_manager) and, on a host with ConnectX-8/9, every
     other model (BlueField-3 north-south DPUs, older ConnectX) the role C(frontend); neither is ever usable for data.
   - Read-only; runs in check mode too.
   - Tools looked up in O(bin_path) before C(PATH) - ofed_info and mlxfwmanager.
@@ -63,7 +64,8 @@ ansible_facts:
     rdma_nics:
       description: >-
         driver (flavour, version, version_scheme, ofed_info), devices (name, pci_address, pci_device_id, model,
-        fw_ver, psid, node_type, numa_node, netdevs, ports, role, usable, unusable_reasons, fw_pending,
+        fw_ver, psid, node_type, numa_node, netdevs, sw_mng (SW_MNG in the PCI VPD: the NVSwitch
+        management bridge), ports, role, usable, unusable_reasons, fw_pending,
         fw_available, fw_status, fw_record_match - pci|mst|guid|mac|psid or null), usable_devices,
         fw_pending_unattributed (flashed images pending a reset that match no device: device, psid, fw_running,
         fw_pending), mlxfwmanager_error (why its output was not understood, or null) and findings (one line
