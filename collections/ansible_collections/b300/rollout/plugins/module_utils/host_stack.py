@@ -103,7 +103,7 @@ def parse_smi_q(text):
 
 FM_SUCCESS_NVL5 = "Successfully configured all the available GPUs and NVSwitches to route NVLink traffic"
 FM_SUCCESS_LEGACY = "Successfully configured all the available NVSwitches to route GPU NVLink traffic"
-FM_MISMATCH_RE = re.compile(r"fabric manager NVIDIA GPU driver interface version (\S+) do(?:n't|n’t|esn't) match "
+FM_MISMATCH_RE = re.compile(r"fabric manager NVIDIA GPU driver interface version (\S+) do(?:n't|n\u2019t|esn't) match "
                             r"with driver version (\S+?)\.?(?:\s|$)")
 
 
@@ -540,7 +540,7 @@ def checks(stack, state):
     out.append(nvlink_check(stack, state.get("nvlink_s"), nvl5))
     out.append(persistence_check(parse_smi_q(state.get("smi_q"))))
     out.append(gdr_check(stack, pv, loaded, state.get("kernel_config")))
-    out += [f for f in next_kernel_findings(stack, state)]
+    out += list(next_kernel_findings(stack, state))
     return out
 
 

@@ -393,12 +393,12 @@ def nic_phy_counters(name, before, after, window, during):
                       "mlx5 counters.rst: rx_err_lane_N_phy are raw errors before FEC (type Error); increasing means "
                       "high BER on the link, traffic might be lost -> warn, read with rx_corrected_bits_phy",
                       "; ".join("%s %s -> %s (+%s in %ss)" % (c, _fmt_int(b.get(c, 0)), _fmt_int(a.get(c, 0)),
-                                                            _fmt_int(n), window) for c, n in lanes)
+                                                              _fmt_int(n), window) for c, n in lanes)
                       + "; rx_corrected_bits_phy +%s" % _fmt_int(corr),
                       "`mlxlink -d %s -m -c` (raw/effective BER per lane, FEC); reseat or swap the cable/transceiver "
                       "if the raw BER is high" % name,
                       "raw errors before FEC on lane %s +%s during %s" % (
-                          "/".join(c.split("_")[3] for c, _ in lanes), _fmt_int(sum(n for _, n in lanes)), during),
+                          "/".join(c.split("_")[3] for c, _n in lanes), _fmt_int(sum(n for _c, n in lanes)), during),
                       10, counter=lanes[0][0]))
     rep = ["%s %s" % (c, _fmt_int(a.get(c, b.get(c)))) for c in ("rx_corrected_bits_phy",) if a.get(c, b.get(c))]
     if rep:
