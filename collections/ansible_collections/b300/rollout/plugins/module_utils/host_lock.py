@@ -156,8 +156,8 @@ def run_gone(rec, this_controller=None, proc_root="/proc"):
 
 def _open_lock(lock_path):
     d = os.path.dirname(lock_path)
-    if d and not os.path.isdir(d):
-        os.makedirs(d, 0o755)
+    if d:
+        os.makedirs(d, 0o755, exist_ok=True)  # two runs at once may both make it
     return os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o644)
 
 
