@@ -2,6 +2,7 @@
 flush, SGLang-named counters per engine type, meta_info.cached_tokens, exact output length under ignore_eos, and the
 PD KV pull that moves the emulated NIC counters (x4 units) only over RDMA (the tcp_fallback case)."""
 import json
+import time
 import sys
 import threading
 
@@ -51,9 +52,15 @@ def test_unified_counters_and_exact_output_len(tmp_path):
         r2 = gen(s.url, sysp + " q3 q4")
         assert r1["meta_info"]["cached_tokens"] == 0 and r2["meta_info"]["cached_tokens"] == 100
         assert r2["meta_info"]["completion_tokens"] == 7
+        # SGLang labels the hit by cache source (device/host); "total" is only a fallback it never takes on a hit.
+        # The stub counts a request after writing its answer (as the real server's collector may): wait, bounded.
+        want = 'sglang:cached_tokens_total{cache_source="device",engine_type="unified",model_name="M"} 100.0'
+        deadline = time.monotonic() + 10
         m = metrics(s.url)
-        # SGLang labels the hit by cache source (device/host); "total" is only a fallback it never takes on a hit
-        assert 'sglang:cached_tokens_total{cache_source="device",engine_type="unified",model_name="M"} 100.0' in m
+        while (want not in m or decode_tokens(m) - decode0 < 14) and time.monotonic() < deadline:
+            time.sleep(0.1)
+            m = metrics(s.url)
+        assert want in m
         assert decode_tokens(m) - decode0 == 14
         http("POST", s.url + "/flush_cache")
         assert gen(s.url, sysp + " q5 q6")["meta_info"]["cached_tokens"] == 0
