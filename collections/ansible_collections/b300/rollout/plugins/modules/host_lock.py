@@ -89,9 +89,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-action:
-  description: What was done - C(acquired), C(renewed), C(took_over), C(released), C(not_held) (released by a run
-    that did not hold it, so nothing was done), C(read) (query, or check mode).
+outcome:
+  description: What was done (not C(action), which Ansible's own result keys use) - C(acquired), C(renewed),
+    C(took_over), C(released), C(not_held) (released by a run that did not hold it, so nothing was done),
+    C(read) (query, or check mode).
   returned: always
   type: str
   sample: acquired
@@ -153,7 +154,7 @@ def main():
                          % (host, p["lease_s"], p["wait_s"]))
     before = hl.read_record(path)
     mine = bool(before and before.get("run_id") == str(run.get("id")) and before.get("state") == "held")
-    result = dict(changed=False, action="read", holder=before, previous=before, locked=hl.is_locked(path),
+    result = dict(changed=False, outcome="read", holder=before, previous=before, locked=hl.is_locked(path),
                   held_by_other=False)
     result["held_by_other"] = bool(result["locked"] and not mine)
     if state == "query" or module.check_mode:
@@ -162,12 +163,12 @@ def main():
         module.exit_json(**result)
     try:
         if state == "released":
-            result["action"] = hl.release(path, run["id"])
-            result["changed"] = result["action"] == "released"
+            result["outcome"] = hl.release(path, run["id"])
+            result["changed"] = result["outcome"] == "released"
         else:
             out = hl.acquire(path, run, p["stage"], p["lease_s"], wait_s=p["wait_s"], takeover=p["takeover"] or None,
                              playbook=p["playbook"], host=host)
-            result.update(action=out["action"], previous=out["previous"], held_by_other=False)
+            result.update(outcome=out["action"], previous=out["previous"], held_by_other=False)
             result["changed"] = out["action"] != "renewed"
     except hl.LockError as e:
         result["held_by_other"] = True
