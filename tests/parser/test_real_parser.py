@@ -19,8 +19,11 @@ import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tools" / "sglang_argcheck"))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "sandbox" / "sglang_stub"))
+import check_argv
 import seed_commands
 import sglang_stub
+
+import forkserver
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TOOLS = ROOT / "tools" / "sglang_argcheck"
@@ -47,17 +50,29 @@ def venvs():
     return out
 
 
+def real_server(version):
+    """The fork server of the version's CPU venv (tests/parser/forkserver.py): sglang's parser imported once."""
+    return forkserver.get(check_argv.venv_python(version, build=False), ["sglang.srt.server_args"],
+                          [TOOLS / "standins"])
+
+
 def real_check(version, argvs, tmp_path):
     """Run the real parser once over many argvs; list of result dicts (see sglang_argv_check.check_one)."""
     batch = tmp_path / ("batch-%s-%d.json" % (version, len(argvs)))
     batch.write_text(json.dumps(argvs))
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, str(TOOLS / "check_argv.py"), "--sglang-version", version, "--batch",
-                           str(batch)], capture_output=True, text=True, timeout=600)
+    if forkserver.enabled():
+        # what check_argv.py --sglang-version VER re-executes in the venv, run in the venv's fork server
+        rc, stdout, stderr = real_server(version).run(
+            [TOOLS / "check_argv.py", "--expect-version", version, "--batch", batch], cwd=ROOT)
+    else:
+        proc = subprocess.run([sys.executable, str(TOOLS / "check_argv.py"), "--sglang-version", version, "--batch",
+                               str(batch)], capture_output=True, text=True, timeout=600)
+        rc, stdout, stderr = proc.returncode, proc.stdout, proc.stderr
     elapsed = time.monotonic() - t0
     TIMINGS.setdefault("batch_runs", []).append({"version": version, "argvs": len(argvs), "s": round(elapsed, 2)})
-    assert proc.returncode in (0, 2), "checker crashed (rc %d): %s" % (proc.returncode, proc.stderr[-3000:])
-    results = json.loads(proc.stdout)
+    assert rc in (0, 2), "checker crashed (rc %d): %s" % (rc, stderr[-3000:])
+    results = json.loads(stdout)
     assert len(results) == len(argvs)
     for r in results:
         assert r["version"] == version
@@ -184,8 +199,12 @@ def test_dump_options_reproduces_reference_catalog(venvs, tmp_path):
     for ver in VERSIONS:
         out = tmp_path / ("dump-%s.json" % ver)
         t0 = time.monotonic()
-        subprocess.run([sys.executable, str(TOOLS / "dump_options.py"), "--sglang-version", ver, "-o", str(out)],
-                       check=True, capture_output=True, timeout=600)
+        argv = [TOOLS / "dump_options.py", "--sglang-version", ver, "-o", out]
+        if forkserver.enabled():
+            rc, _, err = real_server(ver).run(argv, cwd=ROOT)
+            assert rc == 0, err[-3000:]
+        else:
+            subprocess.run([sys.executable] + [str(a) for a in argv], check=True, capture_output=True, timeout=600)
         TIMINGS["dump_%s_s" % ver] = round(time.monotonic() - t0, 1)
         dumped = json.loads(out.read_text())
         assert dumped == catalog(ver) or _same_but_choice_order(dumped, catalog(ver)), ver

@@ -21,6 +21,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "collections"))
 from ansible_collections.b300.rollout.plugins.module_utils import model_weights as mw  # noqa: E402  (the path above)
 
+import forkserver  # noqa: E402  (tests/parser, beside this file)
+
 VERSIONS = ("0.5.17", "0.5.18")
 MOD = ROOT / "collections/ansible_collections/b300/rollout/plugins/modules/model_weights_stage.py"
 pytestmark = pytest.mark.real_parser
@@ -63,6 +65,15 @@ print(json.dumps(out))
 
 
 def verifier(python, calls):
+    if forkserver.enabled():
+        # each call `python -m sglang.srt.utils.model_file_verifier ARGS` in a child of the venv's fork server
+        # (sglang imported once for both test modules; tests/parser/forkserver.py)
+        server = forkserver.get(python, ["sglang.srt.server_args"], [ROOT / "tools/sglang_argcheck/standins"])
+        out = []
+        for argv in calls:
+            rc, so, se = server.run(["-m", "sglang.srt.utils.model_file_verifier"] + argv, cwd=ROOT)
+            out.append({"rc": rc, "stdout": so, "stderr": se})
+        return out
     env = dict(os.environ, PYTHONPATH=str(ROOT / "tools/sglang_argcheck/standins"))
     r = subprocess.run([str(python), "-c", PROBE, json.dumps(calls)], capture_output=True, text=True, timeout=600,
                        env=env)
