@@ -57,9 +57,8 @@ import urllib.request
 
 import yaml
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # tools/: loadgen.py
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "collections"))  # the project's module_utils
-import loadgen
+import loadgen  # tools/loadgen.py, beside this file (sys.path[0])
+import repo_path  # noqa: F401  tools/repo_path.py, the one bootstrap: puts collections/ on sys.path
 from ansible_collections.b300.rollout.plugins.module_utils import sglang_rollout
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]

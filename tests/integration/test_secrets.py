@@ -368,8 +368,7 @@ def test_a_raising_module_prints_its_header_despite_no_log_so_keys_are_checked_b
 def test_bad_key_refused_and_in_no_output_or_artifact(key, tmp_path):
     """site.yml --tags preflight (controller side, as the bad-input table runs it) with -vvv: refused by the value
     rules, and the key is in no output, log, fact cache, artifact or temp file."""
-    sys.path.insert(0, str(ROOT / "tests" / "integration"))
-    import test_bad_input as tbi  # the sibling test module, importable only after the path insert above
+    import test_bad_input as tbi  # the sibling test module (pytest put its directory on sys.path to import this one)
     varsfile = tmp_path / "key.yml"
     varsfile.write_text(json.dumps({"sglang_api_key": key, "sglang_profile": "kimi_k3"}))
     hw = {"hw_module_defaults": {"bin_path": [str(tbi.HWEMU / "bin")], "sysfs_root": str(tmp_path / "sys")},

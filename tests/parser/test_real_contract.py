@@ -34,21 +34,17 @@ import json
 import pathlib
 import re
 import subprocess
-import sys
 import time
 
 import pytest
 import yaml
 
-# the module_utils dir flat (as the acceptance role ships sglang_metrics.py next to the client), then the client's
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "collections" / "ansible_collections" / "b300" / "rollout"
-                       / "plugins" / "module_utils"))
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "roles" / "acceptance" / "files"))
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "sandbox" / "sglang_stub"))
-import sglang_metrics
 import acceptance_client
 import sglang_stub
 from ansible_collections.b300.rollout.plugins.module_utils import acceptance
+
+# the module_utils file flat, as the client imports it (the acceptance role ships sglang_metrics.py next to the client)
+sglang_metrics = acceptance_client.sglang_metrics
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 VERSIONS = ("0.5.17", "0.5.18")

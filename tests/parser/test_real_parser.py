@@ -17,8 +17,6 @@ import time
 
 import pytest
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tools" / "sglang_argcheck"))
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "sandbox" / "sglang_stub"))
 import seed_commands
 import sglang_stub
 

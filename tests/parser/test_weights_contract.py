@@ -18,7 +18,6 @@ import sys
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "collections"))
 from ansible_collections.b300.rollout.plugins.module_utils import model_weights as mw  # noqa: E402  (the path above)
 
 VERSIONS = ("0.5.17", "0.5.18")

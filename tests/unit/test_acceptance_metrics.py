@@ -9,13 +9,11 @@ import io
 import json
 import math
 import pathlib
-import sys
 
 import pytest
 
 from ansible_collections.b300.rollout.plugins.module_utils import sglang_metrics as sm
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "roles" / "acceptance" / "files"))
 import acceptance_client as client
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

@@ -1,6 +1,5 @@
 """module_utils/affinity.py on a SYNTHESIZED HGX B300 host (tests/fixtures/facts/synth.py) and the REAL H200 topo."""
 import pathlib
-import sys
 
 import pytest
 
@@ -8,7 +7,6 @@ from ansible_collections.b300.rollout.plugins.module_utils import affinity as af
 from ansible_collections.b300.rollout.plugins.module_utils.gpu_topology import build_gpu_topology
 from ansible_collections.b300.rollout.plugins.module_utils.rdma_nic import build_rdma_nics
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "facts"))
 import synth
 
 

@@ -8,7 +8,6 @@ import sys
 
 import pytest
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "facts"))
 import synth
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

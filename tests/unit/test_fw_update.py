@@ -10,7 +10,6 @@ import yaml
 from ansible_collections.b300.rollout.plugins.module_utils import fw_update as fu
 from ansible_collections.b300.rollout.plugins.module_utils import fw_matrix as fm
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "sandbox" / "hwemu"))
 import fwimage
 import fwtools
 import model

@@ -7,12 +7,10 @@ import os
 import pathlib
 import shutil
 import subprocess
-import sys
 
 import pytest
 import yaml
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "sandbox" / "hwemu"))
 import fwimage
 from test_facts_modules import run_module
 

@@ -1,12 +1,9 @@
 """module_utils/gpu_topology.py on the REAL H200 captures and on SYNTHESIZED B300 outputs (tests/fixtures/facts)."""
-import pathlib
-import sys
 
 import pytest
 
 from ansible_collections.b300.rollout.plugins.module_utils import gpu_topology as gt
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "facts"))
 import synth  # the SYNTHESIZED fixture builder
 
 

@@ -407,8 +407,6 @@ def test_module_reads_a_tree_read_only_in_check_mode(tmp_path):
     nvidia-smi printing the fabric block above and a sysfs with the SW_MNG bridge: the checks read what the tree
     says; this machine's dpkg has none of the stack, so the plan refuses (apt knows no such package here)."""
     import os
-    import sys
-    sys.path.insert(0, str(ROOT / "tests" / "fixtures" / "facts"))
     import synth
     from test_facts_modules import run_module
     root = tmp_path / "root"

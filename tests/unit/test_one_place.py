@@ -5,12 +5,10 @@ rules). tests/unit/test_one_copy.py does the same for the option catalogs and ar
 import pathlib
 import re
 import subprocess
-import sys
 
 import pytest
 import yaml
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import test_sglang_plan as tsp
 from ansible_collections.b300.rollout.plugins.module_utils import sglang_plan as sp
 

@@ -4,13 +4,11 @@ No real RDMA capture exists (the H200 machines have no RDMA NICs): everything he
 ../shared/reference/output-formats.md and nic-firmware-driver-matrix.md.
 """
 import pathlib
-import sys
 
 import pytest
 
 from ansible_collections.b300.rollout.plugins.module_utils import rdma_nic as rn
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "facts"))
 import synth
 
 

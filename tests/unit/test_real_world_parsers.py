@@ -2,14 +2,12 @@
 import json
 import pathlib
 import re
-import sys
 import datetime
 
 import pytest
 
 from ansible_collections.b300.rollout.plugins.module_utils import nccl_results, rdma_nic, thermal
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "facts"))
 import synth
 
 ROOT = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "real-world"

@@ -9,7 +9,6 @@ import json
 import pathlib
 import re
 import shlex
-import sys
 
 import pytest
 import yaml
@@ -275,7 +274,6 @@ def test_ib_device_when_cx7_is_the_only_pix_nic_and_cx8_is_broken():
 def synth_b300_hosts(tmp_path):
     """Both hosts with facts parsed by the real facts code from the facts helper's SYNTHESIZED B300 fixture
     (tests/fixtures/facts/synth.py: 8 GPUs, CX8 mlx5_0..7, fabric-manager CX7 mlx5_8 under GPU 0's switch)."""
-    sys.path.insert(0, str(ROOT / "tests" / "fixtures" / "facts"))
     import synth
     from ansible_collections.b300.rollout.plugins.module_utils.gpu_topology import build_gpu_topology
     from ansible_collections.b300.rollout.plugins.module_utils.rdma_nic import build_rdma_nics

@@ -3,7 +3,6 @@ the right device, verdict and most likely cause; the healthy host -> every devic
 import hashlib
 import os
 import pathlib
-import sys
 
 import pytest
 import yaml
@@ -12,7 +11,6 @@ from ansible_collections.b300.rollout.plugins.module_utils.triage_collect import
 from ansible_collections.b300.rollout.plugins.module_utils.triage_verdict import judge_fleet, render_markdown, \
     render_textfile
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from triage_emu import BIN, emulated_host
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
