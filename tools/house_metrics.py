@@ -15,8 +15,16 @@ SYS_PATH_EDIT = re.compile(r"sys\.path\.(insert|append|extend)\(|sys\.path\s*(\[
 
 
 def python_files(root=ROOT):
-    """Every *.py in the repository outside virtual environments, caches and build outputs."""
-    return sorted(p for p in root.rglob("*.py") if not SKIP & set(p.relative_to(root).parts))
+    """Every *.py in the repository outside virtual environments, caches and build outputs, and the commands in
+    tools/ without a suffix (tools/triage, tools/sweep, ...)."""
+    files = [p for p in root.rglob("*.py") if not SKIP & set(p.relative_to(root).parts)]
+    files += [p for p in (root / "tools").glob("*") if p.is_file() and not p.suffix and _is_python(p)]
+    return sorted(files)
+
+
+def _is_python(path):
+    with open(path, "rb") as fh:
+        return b"python" in fh.readline()
 
 
 def long_functions(min_lines=100, root=ROOT, exclude=("sandbox",)):

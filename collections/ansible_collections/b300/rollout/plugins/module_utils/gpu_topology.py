@@ -412,6 +412,10 @@ def parse_topo(text):
     drivers 525-570 (``PIXPHB``, ``0N/A``, ``48-95,144-1911N/A``) all read the same. The header's column count and
     the row structure (matrix cells, CPU affinity, NUMA affinity[, GPU NUMA ID]) decide how a glued token splits;
     a GPU row that cannot be made to fit raises :class:`TopoParseError` naming the row.
+
+    Long on purpose (issue 39 keeps at most three functions of 100 lines): one pass over the
+    header and the rows, the glued-token splitting beside the row structure it depends on; split, the column state
+    would be passed between the pieces.
     """
     out = {"nic_columns_present": False, "gpus": [], "nics": [], "gpu_gpu": {}, "gpu_nic": {},
            "cpu_affinity": {}, "numa_affinity": {}, "gpu_numa_id": {}, "nic_legend": {}}
