@@ -27,7 +27,7 @@ import sys
 
 import repo_path  # noqa: F401  tools/repo_path.py, the one bootstrap: puts collections/ on sys.path
 import yaml
-from ansible_collections.b300.rollout.plugins.module_utils.md_table import table
+from ansible_collections.b300.rollout.plugins.module_utils.common.md_table import table
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 KEEP = ("choices", "elements", "required", "no_log")

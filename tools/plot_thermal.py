@@ -19,7 +19,7 @@ import textwrap
 import time
 
 import repo_path  # noqa: F401  tools/repo_path.py, the one bootstrap: puts collections/ on sys.path
-from ansible_collections.b300.rollout.plugins.module_utils import thermal  # stdlib only
+from ansible_collections.b300.rollout.plugins.module_utils.health import thermal  # stdlib only
 
 VERDICT_COLOURS = {"ok": "#2e7d32", "throttled": "#ef6c00", "hot": "#c62828", "error": "#6a1b9a"}
 

@@ -14,7 +14,7 @@ import re
 import sys
 
 import repo_path  # noqa: F401  tools/repo_path.py, the one bootstrap: puts collections/ on sys.path
-from ansible_collections.b300.rollout.plugins.module_utils.md_table import table
+from ansible_collections.b300.rollout.plugins.module_utils.common.md_table import table
 
 LINE_RE = re.compile(r"^(?P<name>.+?) -{2,} (?P<s>\d+\.\d+)s$")
 

@@ -106,7 +106,7 @@ def test_plan_resolves_exact_versions_from_real_apt_against_the_stand_in_reposit
     if not (shutil.which("dpkg-deb") and shutil.which("apt-get")):
         pytest.skip("needs dpkg-deb and apt-get (Debian/Ubuntu controller)")
     build = runpy.run_path(str(ROOT / "sandbox" / "hoststack_repo" / "build.py"))   # a script, not on sys.path
-    from ansible_collections.b300.rollout.plugins.module_utils import host_stack as hs
+    from ansible_collections.b300.rollout.plugins.module_utils.hoststack import host_stack as hs
     kernel = "6.1.0-99-amd64"
     build["build"](str(tmp_path / "main"), kernel)
     build["build"](str(tmp_path / "cuda"), kernel, variant="newer")

@@ -262,7 +262,7 @@ def test_router_bind_address_default_documented_and_configurable(sandbox, keyed)
     listening = sandbox.exec("b300a", "ss -ltnH 'sport = :30080'").stdout
     assert re.search(r"0\.0\.0\.0:30080\s", listening), listening
     # configurable: the planner (what the role renders into ExecStart) takes sglang_router_bind_host for --host
-    from ansible_collections.b300.rollout.plugins.module_utils.sglang_plan import build_plan
+    from ansible_collections.b300.rollout.plugins.module_utils.sglang.sglang_plan import build_plan
     profile = yaml.safe_load((ROOT / "roles" / "sglang" / "files" / "profiles" / "kimi_k3.yml").read_text())
     catalogs = {"server": {}, "router": {}}
     hosts = [{"name": "b300a", "address": "10.89.30.11", "groups": ["gpu_nodes", "sglang_router"]},

@@ -1,4 +1,4 @@
-"""module_utils/host_stack.py (issue 36): parsers on REAL texts (tests/fixtures/real-world/host_stack/SOURCES.md),
+"""module_utils/hoststack/host_stack.py (issue 36): parsers on REAL texts (tests/fixtures/real-world/host_stack/SOURCES.md),
 the plan and the proof on a SYNTHESIZED B300 host state, and every trap of the issue.
 
 The healthy state below is SYNTHESIZED: its lines copy the real formats of the fixtures (the open-flavour version line
@@ -12,7 +12,7 @@ import pathlib
 import pytest
 import yaml
 
-from ansible_collections.b300.rollout.plugins.module_utils import host_stack as hs
+from ansible_collections.b300.rollout.plugins.module_utils.hoststack import host_stack as hs
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 REAL = ROOT / "tests" / "fixtures" / "real-world" / "host_stack"

@@ -6,7 +6,7 @@ import ast
 import pathlib
 
 import house_metrics as hm
-from ansible_collections.b300.rollout.plugins.module_utils.md_table import row, table
+from ansible_collections.b300.rollout.plugins.module_utils.common.md_table import row, table
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 MODULES = ROOT / "collections" / "ansible_collections" / "b300" / "rollout" / "plugins" / "modules"
@@ -14,7 +14,7 @@ MAX_MODULE_LINES = 300
 MAX_LONG_FUNCTIONS = 3
 # A function of 100 lines or more says why in its docstring with these words.
 REASON = "on purpose"
-# The host-stack branch (issue 39, in parallel) splits or explains module_utils/host_stack.py's checks(); this entry
+# The host-stack branch (issue 39, in parallel) splits or explains module_utils/hoststack/host_stack.py's checks(); this entry
 # goes when it is merged.
 PENDING_ELSEWHERE = {"checks"}
 
@@ -89,3 +89,75 @@ def test_markdown_table():
     assert table(("a", "b"), [(1, "x|y"), ("", 2.5)]) == ["| a | b |", "|---|---|", "| 1 | x|y |", "| | 2.5 |"]
     assert row(("x|y", "z"), escape=True) == "| x\\|y | z |"
     assert table(("only",)) == ["| only |", "|---|"]
+
+
+# ------------------------------------------------------------------ module_utils in wings (tools/module_utils_wings.py)
+def _wing_imports():
+    """{(wing, file): {(wing, file) it imports}} over plugins/module_utils/<wing>/*.py."""
+    mu = MODULES.parent / "module_utils"
+    pkg = "ansible_collections.b300.rollout.plugins.module_utils"
+    graph = {}
+    for path in sorted(mu.glob("*/*.py")):
+        if path.name == "__init__.py":
+            continue
+        deps = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(pkg + "."):
+                parts = node.module[len(pkg) + 1:].split(".")
+                deps |= {(parts[0], parts[1])} if len(parts) > 1 else {(parts[0], a.name) for a in node.names}
+            elif isinstance(node, ast.Import):
+                deps |= {tuple(a.name[len(pkg) + 1:].split(".")[:2]) for a in node.names if a.name.startswith(pkg + ".")}
+        graph[(path.parent.name, path.stem)] = deps
+    return graph
+
+
+def test_module_utils_live_in_wings_each_saying_what_lives_there():
+    import module_utils_wings as mw
+    mu = MODULES.parent / "module_utils"
+    assert not [p.name for p in mu.glob("*.py") if p.name != "__init__.py"], "module_utils files outside a wing: "\
+        "run tools/module_utils_wings.py (add a new file to its wing there first)"
+    for wing, (names, _doc) in mw.WINGS.items():
+        init = mu / wing / "__init__.py"
+        assert ast.get_docstring(ast.parse(init.read_text())), "%s: one paragraph saying what lives there" % init
+        assert sorted(p.stem for p in (mu / wing).glob("*.py") if p.stem != "__init__") == sorted(names), wing
+
+
+def _upward(graph, lower):
+    return sorted("%s/%s imports %s/%s" % (w, f, dw, df) for (w, f), deps in graph.items() for dw, df in deps
+                  if dw not in (w, "common") + tuple(lower[w]))
+
+
+def test_wings_import_only_downward_and_no_module_cycle():
+    import module_utils_wings as mw
+    graph = _wing_imports()
+    up = _upward(graph, mw.LOWER)
+    assert not up, "imports that are not downward (a wing imports itself, common and its LOWER wings only): %s" % up
+    state = {}
+
+    def visit(node, trail):
+        if state.get(node) == "done":
+            return
+        assert state.get(node) != "open", "import cycle: %s" % " -> ".join("/".join(n) for n in trail + [node])
+        state[node] = "open"
+        for dep in sorted(graph.get(node, ())):
+            visit(dep, trail + [node])
+        state[node] = "done"
+    for node in sorted(graph):
+        visit(node, [])
+    assert len(graph) >= 30 and all(len(k) == 2 for k in graph)
+
+
+def test_the_import_graph_check_sees_an_upward_import():
+    import module_utils_wings as mw
+    fake = {("hw", "tools"): {("triage", "triage_kmsg"), ("common", "md_table")}, ("triage", "triage_kmsg"): set()}
+    assert _upward(fake, mw.LOWER) == ["hw/tools imports triage/triage_kmsg"]
+    graph = _wing_imports()
+    assert ("hw", "fw_matrix") in graph[("triage", "triage_verdict")]       # the reader finds cross-wing imports
+    assert ("common", "md_table") in graph[("verdicts", "acceptance")]
+
+
+def test_no_reference_to_a_module_utils_file_outside_its_wing(capsys):
+    """The move script, re-run after a merge, would change nothing: every import and path names the wing."""
+    import module_utils_wings as mw
+    rc = mw.main(["--check"])
+    assert rc == 0, capsys.readouterr().out

@@ -5,7 +5,7 @@ import pathlib
 
 import pytest
 
-from ansible_collections.b300.rollout.plugins.module_utils import rdma_nic
+from ansible_collections.b300.rollout.plugins.module_utils.hw import rdma_nic
 
 import synth
 

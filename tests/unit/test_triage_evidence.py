@@ -10,9 +10,9 @@ import pathlib
 import pytest
 import yaml
 
-from ansible_collections.b300.rollout.plugins.module_utils import triage_evidence as te
-from ansible_collections.b300.rollout.plugins.module_utils.triage_collect import collect
-from ansible_collections.b300.rollout.plugins.module_utils.triage_verdict import judge_fleet, render_markdown
+from ansible_collections.b300.rollout.plugins.module_utils.triage import triage_evidence as te
+from ansible_collections.b300.rollout.plugins.module_utils.triage.triage_collect import collect
+from ansible_collections.b300.rollout.plugins.module_utils.triage.triage_verdict import judge_fleet, render_markdown
 
 from triage_emu import BIN, emulated_host
 

@@ -47,8 +47,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "collections"))
-from ansible_collections.b300.rollout.plugins.module_utils import model_weights as mw  # noqa: E402  (the path above)
-from ansible_collections.b300.rollout.plugins.module_utils import model_weights_io as mio  # noqa: E402  (the path above)
+from ansible_collections.b300.rollout.plugins.module_utils.weights import model_weights as mw  # noqa: E402  (the path above)
+from ansible_collections.b300.rollout.plugins.module_utils.weights import model_weights_io as mio  # noqa: E402  (the path above)
 
 CACHE = ROOT / ".cache" / "weights-bench"
 SRC = CACHE / "src"

@@ -9,7 +9,7 @@ model_weights_parallel_files P (--parallel-files, in this run, in this order):
          unique random 16 MiB blocks, fdatasync: twice, at the end only and with the stage's write-behind (the
          sandbox mode's W_SCRIPT, run here): the faster of the two
   N(P)   the transport alone: P curls at once of the P largest shards from the stage's own byte-range server
-         (module_utils/model_weights_io.py WeightsServer, the code the controller's server runs) on this machine's
+         (module_utils/weights/model_weights_io.py WeightsServer, the code the controller's server runs) on this machine's
          address (over its loopback device), into /dev/null
   H(P)   sha256, P threads at once over 16 MiB buffers
   L(P)   min(W(P), N(P), H(P))

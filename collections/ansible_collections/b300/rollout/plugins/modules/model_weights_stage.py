@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
 """Ansible module: stage model directories on a host (inspect, stage, serve), verified against SGLang manifests
-(the engine: module_utils/model_weights_stage.py)."""
+(the engine: module_utils/weights/model_weights_stage.py)."""
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
@@ -24,11 +24,11 @@ description:
     into it): another run waits up to O(lock_wait_s), then is refused naming the holder; with O(takeover) it ends the
     holder first. A directory holding files its manifest does not list is rebuilt and swapped, never relabelled in
     place. Symlinks are refused in a path source; every model path and file name is re-checked here (no C(..), no
-    absolute path, no NUL). How each step is made safe: module_utils/model_weights_stage.py."
+    absolute path, no NUL). How each step is made safe: module_utils/weights/model_weights_stage.py."
   - "C(serve): a read-only HTTP server with byte ranges bound to O(bind_address) for the hosts that pull from this one
     (or, O(kind=source), for the controller's path source); every request needs the run's token; it serves verified
     files only and stops when O(stop_file) appears or after O(max_s)."
-  - "The engine: module_utils/model_weights_stage.py (decisions model_weights.py, I/O model_weights_io.py)."
+  - "The engine: module_utils/weights/model_weights_stage.py (decisions model_weights.py, I/O model_weights_io.py)."
 version_added: "1.2.0"
 extends_documentation_fragment: [ansible.builtin.action_common_attributes, b300.rollout.common]
 attributes:
@@ -255,7 +255,7 @@ served:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.b300.rollout.plugins.module_utils import model_weights_stage as engine
+from ansible_collections.b300.rollout.plugins.module_utils.weights import model_weights_stage as engine
 
 
 def main():

@@ -20,7 +20,7 @@ description:
     and VBIOS consistency and NVLink links down from C(gpu_topology) facts, and returns the report data. The
     Markdown/JSON report and the Prometheus textfiles are rendered from RV(report) by the playbook's templates
     (C(playbooks/templates/firmware_audit.md.j2), C(firmware_audit.prom.j2)), not by the module.
-  - The engine is C(module_utils/fw_check_run.py), its decisions C(module_utils/fw_matrix.py); gathering uses the same C(module_utils/tools.py)
+  - The engine is C(module_utils/firmware/fw_check_run.py), its decisions C(module_utils/hw/fw_matrix.py); gathering uses the same C(module_utils/hw/tools.py)
     runner and builders as M(b300.rollout.rdma_nic_facts) and M(b300.rollout.gpu_topology_facts). The module never
     touches the NICs, never flashes firmware, writes no file and always reports C(changed=false).
   - Tools looked up in O(bin_path) before C(PATH) - ofed_info, mlxfwmanager and nvidia-smi (gather mode).
@@ -202,8 +202,8 @@ gather_errors:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.b300.rollout.plugins.module_utils import fw_check_run as engine
-from ansible_collections.b300.rollout.plugins.module_utils.tools import hw_argument_spec
+from ansible_collections.b300.rollout.plugins.module_utils.firmware import fw_check_run as engine
+from ansible_collections.b300.rollout.plugins.module_utils.hw.tools import hw_argument_spec
 
 
 def main():

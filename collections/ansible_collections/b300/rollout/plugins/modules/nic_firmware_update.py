@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
-"""Ansible module: plan, burn and live-activate ConnectX firmware (the engine: module_utils/fw_update_run.py, its
-decisions module_utils/fw_update.py)."""
+"""Ansible module: plan, burn and live-activate ConnectX firmware (the engine: module_utils/firmware/fw_update_run.py, its
+decisions module_utils/firmware/fw_update.py)."""
 from __future__ import annotations
 
 DOCUMENTATION = r"""
@@ -10,7 +10,7 @@ module: nic_firmware_update
 short_description: Plan, burn and live-reset ConnectX NIC firmware, one host, decided by the firmware gate's matrix
 description:
   - V(plan) (read-only, also in check mode) judges every device of O(rdma_nics) with the gate's matrix and judge
-    (module_utils/fw_matrix.py), picks the burning tool (C(flint) of NVIDIA MFT, else C(mstflint), each only from the
+    (module_utils/hw/fw_matrix.py), picks the burning tool (C(flint) of NVIDIA MFT, else C(mstflint), each only from the
     version that knows the ConnectX-8), and for every device to burn checks the image before anything changes - its
     sha256 against the inventory's, and the PSID and version the image itself carries (C(flint -i IMAGE query)) against
     the device and the target, C(flint -i IMAGE verify) - and asks C(mlxfwreset -d DEV query) which reset levels the
@@ -75,7 +75,7 @@ options:
     elements: dict
     default: []
   tool_minimums:
-    description: Lowest package version that may burn a ConnectX-8 - C(mft) and C(mstflint) (defaults in module_utils/fw_update.py).
+    description: Lowest package version that may burn a ConnectX-8 - C(mft) and C(mstflint) (defaults in module_utils/firmware/fw_update.py).
     type: dict
     default: {}
   live_levels:
@@ -231,7 +231,7 @@ report:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.b300.rollout.plugins.module_utils import fw_update_run as engine
+from ansible_collections.b300.rollout.plugins.module_utils.firmware import fw_update_run as engine
 
 
 def main():

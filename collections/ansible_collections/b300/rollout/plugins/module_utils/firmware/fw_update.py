@@ -33,8 +33,8 @@ import re
 import socket
 import time
 
-from ansible_collections.b300.rollout.plugins.module_utils.fw_matrix import check_device, match_row, parse_fw
-from ansible_collections.b300.rollout.plugins.module_utils.md_table import table
+from ansible_collections.b300.rollout.plugins.module_utils.hw.fw_matrix import check_device, match_row, parse_fw
+from ansible_collections.b300.rollout.plugins.module_utils.common.md_table import table
 
 __metaclass__ = type
 

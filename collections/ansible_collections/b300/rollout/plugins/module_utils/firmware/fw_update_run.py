@@ -11,9 +11,9 @@ import os
 import shutil
 import time
 
-from ansible_collections.b300.rollout.plugins.module_utils import fw_update as fu
-from ansible_collections.b300.rollout.plugins.module_utils.fw_matrix import MatrixError, merge_rows
-from ansible_collections.b300.rollout.plugins.module_utils.tools import find_tool
+from ansible_collections.b300.rollout.plugins.module_utils.firmware import fw_update as fu
+from ansible_collections.b300.rollout.plugins.module_utils.hw.fw_matrix import MatrixError, merge_rows
+from ansible_collections.b300.rollout.plugins.module_utils.hw.tools import find_tool
 
 
 class Refused(Exception):

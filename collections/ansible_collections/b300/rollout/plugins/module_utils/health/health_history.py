@@ -33,7 +33,7 @@ import re
 import time
 
 try:
-    from ansible_collections.b300.rollout.plugins.module_utils import thermal
+    from ansible_collections.b300.rollout.plugins.module_utils.health import thermal
 except ImportError:  # on the host, next to sampler.py (roles/health_history ships this file and thermal.py together)
     import thermal  # type: ignore[no-redef]
 
@@ -44,7 +44,7 @@ ROTATED_RE = re.compile(r"^history-(\d+)(?:-(\d+))?\.jsonl$")
 DMON_GROUPS = "pucv"
 
 # Hot judgement (per GPU, over the window read):
-# - temperature: above 90 C = the thermal soak's ceiling (module_utils/thermal.py DEFAULTS["ceiling_c"]), itself the
+# - temperature: above 90 C = the thermal soak's ceiling (module_utils/health/thermal.py DEFAULTS["ceiling_c"]), itself the
 #   B300 max operating temperature of the sandbox model (sandbox/hwemu/README.md: slowdown 92 C, shutdown 98 C); the
 #   seed's cliff (../shared/seeds/001 section 6.1: 96 C, throughput -40% after 15 min at full load) is above it and its
 #   healthy figure (82 C after the airflow fix) is below it;
@@ -55,7 +55,7 @@ HOT_TEMP_C = thermal.DEFAULTS["ceiling_c"]
 _DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw]?)", re.I)
 _UNIT_S = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
-# dmon sample keys (module_utils/thermal.py parse_dmon) -> short record keys.
+# dmon sample keys (module_utils/health/thermal.py parse_dmon) -> short record keys.
 GPU_KEYS = (("temp_c", "temp"), ("mem_temp_c", "mtemp"), ("power_w", "pwr"), ("sm_mhz", "sm"), ("mem_mhz", "mclk"),
             ("util_pct", "util"), ("pviol_pct", "pviol"), ("tviol", "tviol"))
 

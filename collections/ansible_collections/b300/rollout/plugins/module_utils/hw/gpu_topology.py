@@ -640,7 +640,7 @@ def affinity_disagreements(gpus, topo, sysfs_root):
     Returns (disagreements, sysfs_rows): disagreements = [{gpu, topo_nic, sysfs_nic, reason}] where the two nearest
     sets share no NIC; sysfs_rows = {gpu: {nic: level}} from sysfs for those GPUs (the caller prefers them).
     Only NICs named both in topo and in sysfs are compared; nothing is reported when sysfs knows none of them."""
-    from ansible_collections.b300.rollout.plugins.module_utils.affinity import LEVEL_RANK, _sysfs_rank  # the no-NIC-column fallback, reused
+    from ansible_collections.b300.rollout.plugins.module_utils.hw.affinity import LEVEL_RANK, _sysfs_rank  # the no-NIC-column fallback, reused
 
     levels = {v: k for k, v in LEVEL_RANK.items()}
     devs = _sysfs_ib_devices(sysfs_root)

@@ -19,13 +19,13 @@ import re
 import socket
 import time
 
-from ansible_collections.b300.rollout.plugins.module_utils import triage_counters as tc
-from ansible_collections.b300.rollout.plugins.module_utils import triage_kmsg as tk
-from ansible_collections.b300.rollout.plugins.module_utils import triage_pcie as tp
-from ansible_collections.b300.rollout.plugins.module_utils.affinity import nic_distance, pci_path
-from ansible_collections.b300.rollout.plugins.module_utils.tools import ToolError, find_tool, gather_gpu_topology, \
+from ansible_collections.b300.rollout.plugins.module_utils.triage import triage_counters as tc
+from ansible_collections.b300.rollout.plugins.module_utils.triage import triage_kmsg as tk
+from ansible_collections.b300.rollout.plugins.module_utils.triage import triage_pcie as tp
+from ansible_collections.b300.rollout.plugins.module_utils.hw.affinity import nic_distance, pci_path
+from ansible_collections.b300.rollout.plugins.module_utils.hw.tools import ToolError, find_tool, gather_gpu_topology, \
     gather_rdma_nics
-from ansible_collections.b300.rollout.plugins.module_utils.triage_gpu import parse_gpu_extras
+from ansible_collections.b300.rollout.plugins.module_utils.triage.triage_gpu import parse_gpu_extras
 
 KERNEL_LINES_KEPT = 400
 

@@ -16,16 +16,16 @@ from __future__ import annotations
 
 import time
 
-from ansible_collections.b300.rollout.plugins.module_utils import fw_matrix
-from ansible_collections.b300.rollout.plugins.module_utils.triage_counters import (
+from ansible_collections.b300.rollout.plugins.module_utils.hw import fw_matrix
+from ansible_collections.b300.rollout.plugins.module_utils.triage.triage_counters import (
     ERROR_COUNTERS, ERROR_COUNTERS_FAULT, ETH_PHY_FAULT, ETH_PHY_PRE_FEC, ETH_PHY_SUSPECT, HW_COUNTERS_FAULT,
     HW_COUNTERS_SUSPECT, deltas, devlink_for_pci)
-from ansible_collections.b300.rollout.plugins.module_utils.triage_gpu import THERMAL_COUNTERS, THERMAL_REASONS, \
+from ansible_collections.b300.rollout.plugins.module_utils.triage.triage_gpu import THERMAL_COUNTERS, THERMAL_REASONS, \
     counter_deltas
-from ansible_collections.b300.rollout.plugins.module_utils.triage_evidence import merge_kernel, read_evidence
-from ansible_collections.b300.rollout.plugins.module_utils.triage_pcie import acs_enabled_bits
-from ansible_collections.b300.rollout.plugins.module_utils.triage_traffic import perftest_gbps
-from ansible_collections.b300.rollout.plugins.module_utils.md_table import table
+from ansible_collections.b300.rollout.plugins.module_utils.triage.triage_evidence import merge_kernel, read_evidence
+from ansible_collections.b300.rollout.plugins.module_utils.triage.triage_pcie import acs_enabled_bits
+from ansible_collections.b300.rollout.plugins.module_utils.triage.triage_traffic import perftest_gbps
+from ansible_collections.b300.rollout.plugins.module_utils.common.md_table import table
 
 VERDICTS = ("ok", "suspect", "fault")
 RANK = {"ok": 0, "suspect": 1, "fault": 2}
@@ -541,7 +541,7 @@ def _gpu_xids(dev, gi, kinds):
             continue   # the "fallen off the bus" line that follows an Xid 79 is the same event
         codes = sorted(k["codes"].items(), key=lambda kv: -kv[1])
         fatal = [c for c, _n in codes if int(c) in _xid_fatal()]
-        from ansible_collections.b300.rollout.plugins.module_utils.triage_kmsg import xid_meaning
+        from ansible_collections.b300.rollout.plugins.module_utils.triage.triage_kmsg import xid_meaning
         meanings = ["Xid %s x%d: %s (%s)" % (c, n, xid_meaning(int(c))[0], xid_meaning(int(c))[1]) for c, n in codes]
         out.append(_f(dev, "xid", "fault" if fatal or kind == "gpu_fallen_off_bus" else "suspect",
                       "R1: NVRM Xid in the window; azhpc fails on 48 56 57 58 62 63 64 65 68 69 73 74 79 80 81 92 119 "
@@ -620,7 +620,7 @@ def _gpu_pcie_persistence(dev, gi, x, extra_after, window):
 
 
 def _xid_fatal():
-    from ansible_collections.b300.rollout.plugins.module_utils.triage_kmsg import XID_FATAL
+    from ansible_collections.b300.rollout.plugins.module_utils.triage.triage_kmsg import XID_FATAL
     return XID_FATAL
 
 

@@ -5,7 +5,7 @@ Sources: ../shared/reference/benchmark-and-rdma-facts.md (section numbers below 
   predicted hit = ((P-1)/P) * S/L (section 1.5). S is rounded to the page (64) like the table there.
 - cache hit (servers): delta cached_tokens_total / delta prompt_tokens_total over the run, ONE engine_type
   (prefill for PD, unified for regular), summed over every cache_source (device, host, storage_*; "total" only
-  holds requests that came without a breakdown): module_utils/sglang_metrics.py reads the counters, for this module
+  holds requests that came without a breakdown): module_utils/sglang/sglang_metrics.py reads the counters, for this module
   and for roles/acceptance/files/acceptance_client.py alike.
 - cache hit (responses): bench_serving --cache-report: total_cached_tokens / total_prompt_tokens (section 1.4).
 - online P95 throughput (pinned here, the seed does not define it, section 1.4): the 95th percentile (nearest rank)
@@ -15,8 +15,8 @@ Sources: ../shared/reference/benchmark-and-rdma-facts.md (section numbers below 
 import json
 import math
 
-from ansible_collections.b300.rollout.plugins.module_utils import sglang_metrics
-from ansible_collections.b300.rollout.plugins.module_utils.md_table import table
+from ansible_collections.b300.rollout.plugins.module_utils.sglang import sglang_metrics
+from ansible_collections.b300.rollout.plugins.module_utils.common.md_table import table
 
 VERDICTS = ("accepted", "below_seed", "regressed", "cache_miss", "errors", "tcp_fallback")
 
@@ -139,7 +139,7 @@ def parse_bench_output(text):
 
 
 def parse_prometheus(text):
-    """[(name, {labels}, value)] from a /metrics text (module_utils/sglang_metrics.py, the one reader)."""
+    """[(name, {labels}, value)] from a /metrics text (module_utils/sglang/sglang_metrics.py, the one reader)."""
     return sglang_metrics.parse(text)
 
 

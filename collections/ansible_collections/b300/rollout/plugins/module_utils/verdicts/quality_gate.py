@@ -19,7 +19,7 @@ import hashlib
 import json
 import re
 
-from ansible_collections.b300.rollout.plugins.module_utils.md_table import table
+from ansible_collections.b300.rollout.plugins.module_utils.common.md_table import table
 
 NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w])")
 DEFAULT_THRESHOLDS = {"default": {"max_rouge_drop_points": 3.0, "max_accuracy_drop_points": 3.0}, "types": {},

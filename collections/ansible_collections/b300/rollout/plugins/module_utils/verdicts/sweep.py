@@ -14,7 +14,7 @@ The recommendation is the step below the knee. No knee up to the limit: the last
 """
 import math
 
-from ansible_collections.b300.rollout.plugins.module_utils.md_table import table
+from ansible_collections.b300.rollout.plugins.module_utils.common.md_table import table
 
 DEFAULT_RULE = {"min_gain": 1.3, "max_ttft_growth": 2.0, "max_error_pct": 1.0}
 

@@ -31,8 +31,8 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from ansible_collections.b300.rollout.plugins.module_utils import model_weights as mw
-from ansible_collections.b300.rollout.plugins.module_utils import model_weights_io as mio
+from ansible_collections.b300.rollout.plugins.module_utils.weights import model_weights as mw
+from ansible_collections.b300.rollout.plugins.module_utils.weights import model_weights_io as mio
 
 HIDDEN_BY_PROTECT_HOME = ("/home", "/root", "/run/user")
 
