@@ -161,3 +161,18 @@ def test_no_reference_to_a_module_utils_file_outside_its_wing(capsys):
     import module_utils_wings as mw
     rc = mw.main(["--check"])
     assert rc == 0, capsys.readouterr().out
+
+
+def test_the_move_script_rewrites_imports_paths_and_keeps_visual_indent():
+    import module_utils_wings as mw
+    src = ("from ansible_collections.b300.rollout.plugins.module_utils.fw_matrix import (MatrixError, audit,\n"
+           "                                                                             merge_rows)\n"
+           "from ansible_collections.b300.rollout.plugins.module_utils import nccl_results, rdma_nic, thermal\n"
+           "see module_utils/sglang_plan.py and plugins/module_utils/*.py; MU / \"thermal.py\"\n")
+    assert mw.rewrite(src) == (
+        "from ansible_collections.b300.rollout.plugins.module_utils.hw.fw_matrix import (MatrixError, audit,\n"
+        "                                                                                merge_rows)\n"
+        "from ansible_collections.b300.rollout.plugins.module_utils.health import nccl_results, thermal\n"
+        "from ansible_collections.b300.rollout.plugins.module_utils.hw import rdma_nic\n"
+        "see module_utils/sglang/sglang_plan.py and plugins/module_utils/*/*.py; MU / \"health\" / \"thermal.py\"\n")
+    assert mw.rewrite(mw.rewrite(src)) == mw.rewrite(src)

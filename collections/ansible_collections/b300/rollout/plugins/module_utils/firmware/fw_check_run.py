@@ -8,8 +8,8 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.b300.rollout.plugins.module_utils.hw.fw_matrix import (MatrixError, audit_fleet, check_host, device_message,
-                                                                             host_messages, load_matrix_doc, merge_rows,
-                                                                             normalise_policy)
+                                                                                host_messages, load_matrix_doc, merge_rows,
+                                                                                normalise_policy)
 from ansible_collections.b300.rollout.plugins.module_utils.hw.tools import gather_gpu_topology, gather_rdma_nics, ToolError
 
 try:

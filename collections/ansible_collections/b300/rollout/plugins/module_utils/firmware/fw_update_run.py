@@ -230,7 +230,6 @@ def activate(module, p, commands):
     return done
 
 
-
 def run(module):
     """The action module.params["action"] names, on the module's params (its argument spec's keys)."""
     p = module.params
@@ -263,4 +262,3 @@ def run(module):
         return bool(result["burned"]), result
     result["activated"] = activate(module, p, commands)
     return bool(result["activated"]), result
-

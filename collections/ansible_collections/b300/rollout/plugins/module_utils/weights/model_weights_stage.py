@@ -944,7 +944,6 @@ def do_inspect(p, counters):
     return results, fss, problems
 
 
-
 def run(p, check_mode):
     """The module's whole run on params p (its argument spec's keys): the result of a success, StageFailed else."""
     t0 = time.time()
@@ -1026,6 +1025,7 @@ def stage_models(p, stager, results):
     prog.finished = True
     prog.write()
     return res
+
 
 def serve(p, check_mode, t0, io0):
     """serve mode: the verified files of p["models"] to the peers that hold the token, until max_s or stop_file."""
