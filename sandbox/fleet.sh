@@ -235,7 +235,7 @@ source_hashes() {
 # The stub's files (paths relative to ROOT): sandbox/sglang_stub, plus the one copy of the SGLang option catalogs
 # (roles/sglang/files/options/server-options-*.json -> options/) and of the argparse prefix rule (module_utils/
 # argparse_abbrev.py -> argparse_abbrev.py), placed next to the stub on the host.
-STUB_ABBREV=collections/ansible_collections/b300/rollout/plugins/module_utils/argparse_abbrev.py
+STUB_ABBREV=collections/ansible_collections/b300/rollout/plugins/module_utils/sglang/argparse_abbrev.py
 stub_files() {
   tree_files "$ROOT/sandbox/sglang_stub" | sed 's|^|sandbox/sglang_stub/|'
   tree_files "$ROOT/roles/sglang/files/options" | grep '^server-options-.*\.json$' | sed 's|^|roles/sglang/files/options/|'

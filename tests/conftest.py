@@ -1,16 +1,11 @@
-"""Shared pytest setup: make the project's collection importable (ansible_collections.b300.rollout.plugins.*),
-locate fixtures."""
+"""Shared pytest setup: locate fixtures. The project's collection (ansible_collections.b300.rollout.plugins.*) and
+the scripts the tests import are on sys.path through pytest.ini's pythonpath (issue 39: the one way in)."""
 import os
 import pathlib
-import sys
 
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-# collections/ holds ansible_collections/b300/rollout: module_utils import each other by that name, as Ansible ships
-# them to the hosts, so tests import them the same way.
-if str(ROOT / "collections") not in sys.path:
-    sys.path.insert(0, str(ROOT / "collections"))
 
 
 # The REAL captures live in the repository (sandbox/hwemu/real, copied from the project's shared captures), so a

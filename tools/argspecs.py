@@ -25,7 +25,9 @@ import pathlib
 import re
 import sys
 
+import repo_path  # noqa: F401  tools/repo_path.py, the one bootstrap: puts collections/ on sys.path
 import yaml
+from ansible_collections.b300.rollout.plugins.module_utils.common.md_table import table
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 KEEP = ("choices", "elements", "required", "no_log")
@@ -254,23 +256,23 @@ def render_readme(role_dir):
     out += ["## Entry points", "",
             "`main` is what a play's `roles:` or an `include_role` / `import_role` without `tasks_from` runs; another "
             "entry point is called with `tasks_from: NAME`. Each validates the variables below (its "
-            "`meta/argument_specs.yml`).", "",
-            "| entry point | what it does |", "|---|---|"]
-    for ep, spec in specs.items():
-        out.append("| `%s` | %s |" % (ep, _md(spec["short_description"])))
+            "`meta/argument_specs.yml`).", ""]
+    out += table(("entry point", "what it does"), [("`%s`" % ep, _md(spec["short_description"]))
+                                                   for ep, spec in specs.items()])
     out += ["", "## Variables", ""]
     opts = main.get("options") or {}
     if not opts:
         out += ["None.", ""]
         return "\n".join(out)
-    out += ["| variable | type | default | description |", "|---|---|---|---|"]
+    rows = []
     for name, opt in opts.items():
         typ = opt["type"] + (" of %s" % opt["elements"] if opt.get("elements") else "")
         desc = opt["description"]
         desc = " ".join(desc) if isinstance(desc, list) else desc
         if opt.get("choices"):
             desc += " Choices: %s." % ", ".join(_code(str(c)) for c in opt["choices"])
-        out.append("| `%s` | %s | %s | %s |" % (name, typ, _default_md(name, opt, values), _md(desc)))
+        rows.append(("`%s`" % name, typ, _default_md(name, opt, values), _md(desc)))
+    out += table(("variable", "type", "default", "description"), rows)
     return "\n".join(out) + "\n"
 
 

@@ -14,14 +14,12 @@ it the figures are recomputed from the samples with the default thresholds. Exit
 """
 import argparse
 import json
-import os
 import sys
 import textwrap
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                "collections", "ansible_collections", "b300", "rollout", "plugins", "module_utils"))
-import thermal  # the collection's module_utils/thermal.py, stdlib only
+import repo_path  # noqa: F401  tools/repo_path.py, the one bootstrap: puts collections/ on sys.path
+from ansible_collections.b300.rollout.plugins.module_utils.health import thermal  # stdlib only
 
 VERDICT_COLOURS = {"ok": "#2e7d32", "throttled": "#ef6c00", "hot": "#c62828", "error": "#6a1b9a"}
 

@@ -57,10 +57,9 @@ import urllib.request
 
 import yaml
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # tools/: loadgen.py
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "collections"))  # the project's module_utils
-import loadgen
-from ansible_collections.b300.rollout.plugins.module_utils import sglang_rollout
+import loadgen  # tools/loadgen.py, beside this file (sys.path[0])
+import repo_path  # noqa: F401  tools/repo_path.py, the one bootstrap: puts collections/ on sys.path
+from ansible_collections.b300.rollout.plugins.module_utils.sglang import sglang_rollout
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 INVENTORY = ROOT / "inventory" / "sandbox"
@@ -81,7 +80,7 @@ def env():
 
 # ------------------------------------------------------------------------------------------------------------------
 # what is deployed where: the project's own planner (tools/plan -> playbooks/plan.yml -> b300.rollout.sglang_plan, on
-# the controller, nothing reached) and its rolling order (module_utils/sglang_rollout.py rolling_order)
+# the controller, nothing reached) and its rolling order (module_utils/sglang/sglang_rollout.py rolling_order)
 # ------------------------------------------------------------------------------------------------------------------
 
 def profile_layout(name, extra=()):

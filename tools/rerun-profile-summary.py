@@ -13,6 +13,9 @@ import pathlib
 import re
 import sys
 
+import repo_path  # noqa: F401  tools/repo_path.py, the one bootstrap: puts collections/ on sys.path
+from ansible_collections.b300.rollout.plugins.module_utils.common.md_table import table
+
 LINE_RE = re.compile(r"^(?P<name>.+?) -{2,} (?P<s>\d+\.\d+)s$")
 
 
@@ -47,11 +50,10 @@ def times(d):
 def summary(d, top=12):
     d = pathlib.Path(d)
     t = times(d)
-    out = ["### %s" % d.name, "",
-           "| | wall | sum of task times | tasks run |", "|---|---|---|---|"]
     runs = {"first converge": recap(d / "first.log"), "no-change re-run": recap(d / "rerun.log")}
-    for label, rows in runs.items():
-        out.append("| %s | %.1f s | %.1f s | %d |" % (label, t.get(label, 0.0), sum(s for _, s in rows), len(rows)))
+    out = ["### %s" % d.name, ""] + table(("", "wall", "sum of task times", "tasks run"), [
+        (label, "%.1f s" % t.get(label, 0.0), "%.1f s" % sum(s for _, s in rows), "%d" % len(rows))
+        for label, rows in runs.items()])
     if t.get("first converge"):
         out.append("")
         ratio = 100 * t["no-change re-run"] / t["first converge"]
@@ -61,13 +63,11 @@ def summary(d, top=12):
         for name, s in rows:
             by_phase[phase(name)] += s
         total = sum(by_phase.values()) or 1.0
-        out += ["", "**%s: time per phase** (top %d of %d)" % (label, top, len(by_phase)), "",
-                "| phase | s | share |", "|---|---|---|"]
-        for name, s in by_phase.most_common(top):
-            out.append("| %s | %.1f | %.0f%% |" % (name.replace("|", "\\|"), s, 100 * s / total))
-        out += ["", "**%s: slowest tasks**" % label, "", "| task | s |", "|---|---|"]
-        for name, s in sorted(rows, key=lambda r: -r[1])[:top]:
-            out.append("| %s | %.2f |" % (name.replace("|", "\\|"), s))
+        out += ["", "**%s: time per phase** (top %d of %d)" % (label, top, len(by_phase)), ""]
+        out += table(("phase", "s", "share"), [(name, "%.1f" % s, "%.0f%%" % (100 * s / total))
+                                               for name, s in by_phase.most_common(top)], escape=True)
+        out += ["", "**%s: slowest tasks**" % label, ""] + table(("task", "s"), [
+            (name, "%.2f" % s) for name, s in sorted(rows, key=lambda r: -r[1])[:top]], escape=True)
         wh = [(n, s) for n, s in rows if "Wheelhouse |" in n]
         if wh:
             out.append("")

@@ -32,9 +32,9 @@ fi
 FLAGARGS=$(python3 - $PROFILE $FLAGS $W <<'PY'
 import sys, yaml
 p = yaml.safe_load(open(sys.argv[3] + "/roles/sglang/files/profiles/%s.yml" % sys.argv[1]))
-# the flag set as the plan resolves it (module_utils/sglang_plan.py router_flag_set): shared file + the profile's own
+# the flag set as the plan resolves it (module_utils/sglang/sglang_plan.py router_flag_set): shared file + the profile's own
 sys.path.insert(0, sys.argv[3] + "/collections")
-from ansible_collections.b300.rollout.plugins.module_utils.sglang_plan import router_flag_set
+from ansible_collections.b300.rollout.plugins.module_utils.sglang.sglang_plan import router_flag_set
 shared = yaml.safe_load(open(sys.argv[3] + "/roles/sglang/files/router_flag_sets.yml"))
 args = dict(p["router"]["args"]); args.update(router_flag_set(p, shared, sys.argv[2]))
 keep = [k for k in args if k.startswith(("--health", "--cb-", "--retry", "--disable-retries", "--request-timeout", "--queue", "--max-concurrent"))]

@@ -78,7 +78,7 @@ try:
     import argparse_abbrev  # shipped next to the stub by fleet.sh
 except ImportError:
     sys.path.insert(0, os.path.join(_REPO, "collections"))
-    from ansible_collections.b300.rollout.plugins.module_utils import argparse_abbrev
+    from ansible_collections.b300.rollout.plugins.module_utils.sglang import argparse_abbrev
 PROG = "sglang serve"
 KNOWN_FAULTS = ("unhealthy", "error500", "hang", "die_after_load", "unhealthy_after_restart", "refuse_api_key")
 

@@ -15,7 +15,7 @@ Two layers:
 Per case: (a) non-zero exit, (b) the message names what is wrong: every fragment is found in the output (whitespace
 folded, YAML quote doubling undone), (c) no SGLang install/unit task ran, (d) a case's secret (a refused API key) is
 nowhere in the output. Value cases (issue 23: keys, paths, names, addresses, numbers and booleans given as strings)
-are refused by the first preflight play (roles/sglang/tasks/11_preflight_inputs.yml, the rules of module_utils/input_rules.py)
+are refused by the first preflight play (roles/sglang/tasks/11_preflight_inputs.yml, the rules of module_utils/common/input_rules.py)
 in seconds; the unit-level table of the same rules is tests/unit/test_input_rules.py.
 
 Times are written to artifacts/bad_input/last-<where>.json (controller, e2e, or both). B300_BAD_INPUT_CASES=id1,id2 runs a subset.

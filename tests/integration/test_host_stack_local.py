@@ -11,6 +11,7 @@ import json
 import shutil
 import os
 import pathlib
+import runpy
 import subprocess
 import sys
 
@@ -104,12 +105,11 @@ def test_plan_resolves_exact_versions_from_real_apt_against_the_stand_in_reposit
     one it pins away."""
     if not (shutil.which("dpkg-deb") and shutil.which("apt-get")):
         pytest.skip("needs dpkg-deb and apt-get (Debian/Ubuntu controller)")
-    sys.path.insert(0, str(ROOT / "sandbox" / "hoststack_repo"))
-    import build
-    from ansible_collections.b300.rollout.plugins.module_utils import host_stack as hs
+    build = runpy.run_path(str(ROOT / "sandbox" / "hoststack_repo" / "build.py"))   # a script, not on sys.path
+    from ansible_collections.b300.rollout.plugins.module_utils.hoststack import host_stack as hs
     kernel = "6.1.0-99-amd64"
-    build.build(str(tmp_path / "main"), kernel)
-    build.build(str(tmp_path / "cuda"), kernel, variant="newer")
+    build["build"](str(tmp_path / "main"), kernel)
+    build["build"](str(tmp_path / "cuda"), kernel, variant="newer")
     (tmp_path / "sources.list").write_text("deb [trusted=yes] file:%s/main ./\ndeb [trusted=yes] file:%s/cuda ./\n" % (
         tmp_path, tmp_path))
     (tmp_path / "status").write_text("")

@@ -13,15 +13,12 @@ artifacts/firmware-update/test-figures.json.
 import hashlib
 import json
 import pathlib
-import sys
 import threading
 import time
 import urllib.request
 
 import pytest
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tools"))
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "sandbox" / "hwemu"))
 import fwimage
 import loadgen
 

@@ -16,7 +16,6 @@ import sys
 import pytest
 import yaml
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "sandbox" / "hwemu"))
 import fwimage
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

@@ -20,7 +20,7 @@ import tempfile
 
 import pytest
 
-from ansible_collections.b300.rollout.plugins.module_utils import sglang_plan as sp
+from ansible_collections.b300.rollout.plugins.module_utils.sglang import sglang_plan as sp
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 # the sandbox's hardware emulator and its rendered healthy sysfs tree (as tests/integration/test_bad_input.py uses them)

@@ -13,12 +13,9 @@
    time; the key in no playbook output.
 The sandbox is left as found: faults and latency cleared, every kimi_k3 instance listed healthy by the router.
 """
-import pathlib
-import sys
 
 import pytest
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tools"))
 import reliability
 
 pytestmark = [pytest.mark.integration, pytest.mark.sandbox]

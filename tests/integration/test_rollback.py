@@ -18,7 +18,6 @@ import json
 import os
 import pathlib
 import secrets
-import sys
 import threading
 import time
 import urllib.request
@@ -26,7 +25,6 @@ import urllib.request
 import pytest
 import yaml
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tools"))
 import loadgen
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

@@ -9,7 +9,6 @@ import sys
 import pytest
 
 # the unit lane's stub runner
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "unit"))
 from test_sglang_stub import Stub
 
 pytestmark = [pytest.mark.integration, pytest.mark.controller]

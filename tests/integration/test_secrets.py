@@ -262,7 +262,7 @@ def test_router_bind_address_default_documented_and_configurable(sandbox, keyed)
     listening = sandbox.exec("b300a", "ss -ltnH 'sport = :30080'").stdout
     assert re.search(r"0\.0\.0\.0:30080\s", listening), listening
     # configurable: the planner (what the role renders into ExecStart) takes sglang_router_bind_host for --host
-    from ansible_collections.b300.rollout.plugins.module_utils.sglang_plan import build_plan
+    from ansible_collections.b300.rollout.plugins.module_utils.sglang.sglang_plan import build_plan
     profile = yaml.safe_load((ROOT / "roles" / "sglang" / "files" / "profiles" / "kimi_k3.yml").read_text())
     catalogs = {"server": {}, "router": {}}
     hosts = [{"name": "b300a", "address": "10.89.30.11", "groups": ["gpu_nodes", "sglang_router"]},
@@ -368,8 +368,7 @@ def test_a_raising_module_prints_its_header_despite_no_log_so_keys_are_checked_b
 def test_bad_key_refused_and_in_no_output_or_artifact(key, tmp_path):
     """site.yml --tags preflight (controller side, as the bad-input table runs it) with -vvv: refused by the value
     rules, and the key is in no output, log, fact cache, artifact or temp file."""
-    sys.path.insert(0, str(ROOT / "tests" / "integration"))
-    import test_bad_input as tbi  # the sibling test module, importable only after the path insert above
+    import test_bad_input as tbi  # the sibling test module (pytest put its directory on sys.path to import this one)
     varsfile = tmp_path / "key.yml"
     varsfile.write_text(json.dumps({"sglang_api_key": key, "sglang_profile": "kimi_k3"}))
     hw = {"hw_module_defaults": {"bin_path": [str(tbi.HWEMU / "bin")], "sysfs_root": str(tmp_path / "sys")},

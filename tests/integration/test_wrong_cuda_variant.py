@@ -8,13 +8,11 @@ for sglang 0.5.17), and no SGLang unit may restart. The venv is put back with th
 import os
 import pathlib
 import re
-import sys
 
 import pytest
 
 from test_sglang_deploy import unit_props
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "unit"))
 from test_sglang_venv_check import _wheel
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

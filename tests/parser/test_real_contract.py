@@ -16,7 +16,7 @@ its defaults (its __post_init__ needs a model on disk and is skipped).
 Points (sglang-real-contract.md rows):
   D2/D3/D6 real TokenizerMetricsCollector fed finished requests with and without cached_tokens_details; its
            /metrics text (multiprocess collector mounted by the real add_prometheus_middleware, fetched over ASGI)
-           and its single-process exposition (with _created series) read by module_utils/sglang_metrics.py and by the
+           and its single-process exposition (with _created series) read by module_utils/sglang/sglang_metrics.py and by the
            acceptance client: the counted cached and prompt tokens equal what was fed, per engine type;
   D1/E1/.. the real app's route table holds every path + method of tests/parser/worker_endpoints.yml, and no
            project file calls a real worker route missing from that list;
@@ -34,21 +34,17 @@ import json
 import pathlib
 import re
 import subprocess
-import sys
 import time
 
 import pytest
 import yaml
 
-# the module_utils dir flat (as the acceptance role ships sglang_metrics.py next to the client), then the client's
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "collections" / "ansible_collections" / "b300" / "rollout"
-                       / "plugins" / "module_utils"))
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "roles" / "acceptance" / "files"))
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "sandbox" / "sglang_stub"))
-import sglang_metrics
 import acceptance_client
 import sglang_stub
-from ansible_collections.b300.rollout.plugins.module_utils import acceptance
+from ansible_collections.b300.rollout.plugins.module_utils.verdicts import acceptance
+
+# the module_utils file flat, as the client imports it (the acceptance role ships sglang_metrics.py next to the client)
+sglang_metrics = acceptance_client.sglang_metrics
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 VERSIONS = ("0.5.17", "0.5.18")
@@ -108,7 +104,7 @@ def probe(venvs, ver, what):
 def test_real_collector_text_counted_by_our_reader(contract_venvs, ver, what):
     """The real collector's exposition, read by the ONE reader: cached tokens of every source (device, host,
     storage_<backend>, and "total" for the requests fed without details) equal what was fed, per engine type; prompt
-    tokens too (summed over is_streaming). Relied on by module_utils/acceptance.py server_cache_hit (the cache_miss
+    tokens too (summed over is_streaming). Relied on by module_utils/verdicts/acceptance.py server_cache_hit (the cache_miss
     verdict) and roles/acceptance/files/acceptance_client.py (samples.jsonl, progress)."""
     out = probe(contract_venvs, ver, what)
     text, fed = out["text"], out["fed"]
@@ -222,7 +218,7 @@ def test_keep_alive_5s(contract_venvs, ver):
 # ------------------------------------------------------------------------------------------------ router defaults
 ROUTER_DEFAULTS = {
     # what the project leaves to the router, and which file relies on it
-    "policy": ("cache_aware", "module_utils/acceptance.py router_policy (no --policy -> cache_aware, 1 cache domain)"),
+    "policy": ("cache_aware", "module_utils/verdicts/acceptance.py router_policy (no --policy -> cache_aware, 1 cache domain)"),
     "health_check_endpoint": ("/health", "profiles/glm52_pd.yml (no --health-check-endpoint)"),
     "health_check_timeout_secs": (5, "profiles/glm52_pd.yml (no --health-check-timeout-secs)"),
     "health_success_threshold": (2, "profiles/glm52_pd.yml (no --health-success-threshold)"),
@@ -267,7 +263,7 @@ def test_bench_serving_auth_from_openai_api_key(contract_venvs, ver):
 
 @pytest.mark.parametrize("ver", VERSIONS)
 def test_bench_serving_flush_is_one_unretried_post(contract_venvs, ver):
-    """module_utils/acceptance.py bench_argv leaves --flush-cache out because of this: ONE POST through the router
+    """module_utils/verdicts/acceptance.py bench_argv leaves --flush-cache out because of this: ONE POST through the router
     that raise_for_status()es on the 400 of a worker that is not idle. 0.5.17 sends no ?timeout at all; 0.5.18 adds
     ?timeout=60 for the sglang backend (the server then waits up to 60 s for idle), still a single attempt whose
     pass-through by router 0.3.2's fan-out is not known. The acceptance client's own per-worker flush (?timeout and

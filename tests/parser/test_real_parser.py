@@ -6,7 +6,7 @@ about 2 min each from a cold pip cache; later runs reuse them). A venv that cann
 Checks: the seed's server command lines exactly as written (with `--tp 4 --dp 1` abbreviations) and in long-name
 rendering, unknown flag / bad choice / bad type refused, the stub's catalog-based verdict equals the real parser's on
 a set of argvs (accept/refuse parity and the same error line), the catalog dumper reproduces the reference catalog,
-and every instance argv that module_utils/sglang_plan.py renders for the two profiles.
+and every instance argv that module_utils/sglang/sglang_plan.py renders for the two profiles.
 """
 import copy
 import json
@@ -17,8 +17,6 @@ import time
 
 import pytest
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tools" / "sglang_argcheck"))
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "sandbox" / "sglang_stub"))
 import check_argv
 import seed_commands
 import sglang_stub
@@ -226,7 +224,7 @@ def _same_but_choice_order(a, b):
 
 # ------------------------------------------------------------------------------------------------ rendered plans
 def _plan_inputs(profile_name):
-    """Inputs for module_utils/sglang_plan.build_plan (SYNTHESIZED facts: 8 GPUs, 8 CX-8 data NICs)."""
+    """Inputs for module_utils/sglang/sglang_plan.build_plan (SYNTHESIZED facts: 8 GPUs, 8 CX-8 data NICs)."""
     import yaml
     prof = yaml.safe_load((ROOT / "roles" / "sglang" / "files" / "profiles" / ("%s.yml" % profile_name))
                           .read_text())
@@ -256,8 +254,8 @@ def _plan_inputs(profile_name):
 
 @pytest.mark.parametrize("profile_name", ["glm52_pd", "kimi_k3"])
 def test_sglang_plan_rendered_argvs_accepted_by_pinned_real_parser(venvs, tmp_path, profile_name):
-    """Every instance argv module_utils/sglang_plan.py renders passes the real parser of the profile's version."""
-    from ansible_collections.b300.rollout.plugins.module_utils import sglang_plan
+    """Every instance argv module_utils/sglang/sglang_plan.py renders passes the real parser of the profile's version."""
+    from ansible_collections.b300.rollout.plugins.module_utils.sglang import sglang_plan
     prof, hosts, settings, catalogs = _plan_inputs(profile_name)
     plan = sglang_plan.build_plan(prof, hosts, settings, catalogs)
     assert not plan["errors"], plan["errors"]

@@ -11,13 +11,10 @@ of /v1/loads fails here.
 import json
 import pathlib
 import subprocess
-import sys
 
 import pytest
 import yaml
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "roles" / "sglang" / "files"))
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tools"))
 import loadgen
 import sglang_probe as sp
 

@@ -1,7 +1,7 @@
 """The weights stage's manifest against the REAL SGLang (0.5.17 and 0.5.18, CPU venvs of
 tools/sglang_argcheck/build_venv.sh): `python -m sglang.srt.utils.model_file_verifier verify` accepts the manifest
 the stage wrote next to the weights (.b300-manifest.json) and the directory it staged, and refuses the same directory
-after one byte of a shard changed; the manifest the real `generate` writes is read by module_utils/model_weights.py
+after one byte of a shard changed; the manifest the real `generate` writes is read by module_utils/weights/model_weights.py
 with the same digest as tools/weights-manifest's. The module is run as `python -m`, i.e. the real package import
 (sglang/__init__ pulls srt/utils/common, which imports triton: tools/sglang_argcheck/standins keeps that import
 working on CPU, as for the parser tests; nothing of the verifier itself is stood in for).
@@ -18,8 +18,7 @@ import sys
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "collections"))
-from ansible_collections.b300.rollout.plugins.module_utils import model_weights as mw  # noqa: E402  (the path above)
+from ansible_collections.b300.rollout.plugins.module_utils.weights import model_weights as mw  # noqa: E402  (the path above)
 
 import forkserver  # noqa: E402  (tests/parser, beside this file)
 

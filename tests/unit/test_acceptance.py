@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from ansible_collections.b300.rollout.plugins.module_utils import acceptance as acc
+from ansible_collections.b300.rollout.plugins.module_utils.verdicts import acceptance as acc
 
 GLM = {"input_len": 65536, "output_len": 1024, "hit_rate": 0.77, "groups": 25, "prompts_per_group": 20,
        "request_rate": 9, "max_concurrency": 64, "output_throughput": 4740.90}

@@ -1,4 +1,4 @@
-"""module_utils/sglang_metrics.py (the ONE /metrics reader) and roles/acceptance/files/acceptance_client.py (API key
+"""module_utils/sglang/sglang_metrics.py (the ONE /metrics reader) and roles/acceptance/files/acceptance_client.py (API key
 handling, flush retries, warm-up), without a server.
 
 The exposition texts below follow what prometheus_client 0.26 writes for SGLang's TokenizerMetricsCollector
@@ -9,13 +9,11 @@ import io
 import json
 import math
 import pathlib
-import sys
 
 import pytest
 
-from ansible_collections.b300.rollout.plugins.module_utils import sglang_metrics as sm
+from ansible_collections.b300.rollout.plugins.module_utils.sglang import sglang_metrics as sm
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "roles" / "acceptance" / "files"))
 import acceptance_client as client
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -101,7 +99,7 @@ def test_the_client_imports_the_collection_reader_and_the_role_ships_it():
     assert pathlib.Path(client.sglang_metrics.__file__).resolve() == pathlib.Path(sm.__file__).resolve()
     assert not (ROOT / "roles" / "acceptance" / "files" / "sglang_metrics.py").exists()
     tasks = (ROOT / "roles" / "acceptance" / "tasks" / "main.yml").read_text()
-    assert "collections/ansible_collections/b300/rollout/plugins/module_utils/sglang_metrics.py" in tasks
+    assert "collections/ansible_collections/b300/rollout/plugins/module_utils/sglang/sglang_metrics.py" in tasks
     assert "dest: sglang_metrics.py" in tasks
 
 
@@ -120,7 +118,7 @@ def test_key_from_stdin_never_in_spec_and_handed_to_bench_as_openai_api_key(monk
 
 
 def test_plan_spec_holds_no_key_and_refuses_secret_env():
-    from ansible_collections.b300.rollout.plugins.module_utils import acceptance as acc
+    from ansible_collections.b300.rollout.plugins.module_utils.verdicts import acceptance as acc
     plan = {"mode": "regular", "served_model_name": "K", "router": {"url": "http://r:1", "args": []},
             "instances": [{"id": "w0", "url": "http://w:1", "role": "worker", "host": "a"}]}
     seed = {"input_len": 4096, "output_len": 64, "hit_rate": 0.8, "groups": 3, "prompts_per_group": 20,

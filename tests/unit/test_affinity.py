@@ -1,14 +1,12 @@
-"""module_utils/affinity.py on a SYNTHESIZED HGX B300 host (tests/fixtures/facts/synth.py) and the REAL H200 topo."""
+"""module_utils/hw/affinity.py on a SYNTHESIZED HGX B300 host (tests/fixtures/facts/synth.py) and the REAL H200 topo."""
 import pathlib
-import sys
 
 import pytest
 
-from ansible_collections.b300.rollout.plugins.module_utils import affinity as af
-from ansible_collections.b300.rollout.plugins.module_utils.gpu_topology import build_gpu_topology
-from ansible_collections.b300.rollout.plugins.module_utils.rdma_nic import build_rdma_nics
+from ansible_collections.b300.rollout.plugins.module_utils.hw import affinity as af
+from ansible_collections.b300.rollout.plugins.module_utils.hw.gpu_topology import build_gpu_topology
+from ansible_collections.b300.rollout.plugins.module_utils.hw.rdma_nic import build_rdma_nics
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "facts"))
 import synth
 
 

@@ -8,12 +8,10 @@ commented-out variable and dropped), the opposite of the truth.
 """
 import pathlib
 import re
-import sys
 
 import pytest
 import yaml
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tools"))  # tools/ is not a package
 import argspecs
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

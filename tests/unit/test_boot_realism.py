@@ -9,9 +9,7 @@
 import os
 import pathlib
 import subprocess
-import sys
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "sandbox" / "sglang_stub"))
 import sglang_stub
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

@@ -7,8 +7,8 @@ import pathlib
 
 import pytest
 
-from ansible_collections.b300.rollout.plugins.module_utils import nccl_results as nr
-from ansible_collections.b300.rollout.plugins.module_utils import thermal
+from ansible_collections.b300.rollout.plugins.module_utils.health import nccl_results as nr
+from ansible_collections.b300.rollout.plugins.module_utils.health import thermal
 
 EV = pathlib.Path(__file__).resolve().parents[2] / "docs" / "evidence" / "h200x2"
 
@@ -81,7 +81,7 @@ def _load1(p):
 
 
 def test_h200x1_facts_parse_of_raw_equals_live():
-    from ansible_collections.b300.rollout.plugins.module_utils.gpu_topology import build_gpu_topology
+    from ansible_collections.b300.rollout.plugins.module_utils.hw.gpu_topology import build_gpu_topology
     g = EV1 / "gpu_facts"
     live = _load1("gpu_facts/gpu_topology_facts.json")
     parsed = build_gpu_topology((g / "raw/q.xml").read_text(), (g / "raw/topo.txt").read_text(),
@@ -134,7 +134,7 @@ TH = pathlib.Path(__file__).resolve().parents[2] / "docs" / "evidence" / "h200x1
 
 def test_h200_history_window_rereads_from_the_samples(tmp_path):
     """The window the real run reported is what read_window computes again from the sampler's own file."""
-    from ansible_collections.b300.rollout.plugins.module_utils import health_history as hh
+    from ansible_collections.b300.rollout.plugins.module_utils.health import health_history as hh
     reported = json.loads((TH / "window.json").read_text())
     (tmp_path / "current.jsonl").write_text((TH / "history-current.jsonl").read_text())
     w = reported["window"]
@@ -149,7 +149,7 @@ def test_h200_history_window_rereads_from_the_samples(tmp_path):
 
 def test_h200_dmon_pucv_text_reads_as_the_sampler_reads_it():
     """The raw `nvidia-smi dmon -s pucv` text of this driver: one GPU, idle 36 C / 40 C HBM, pviol/tviol present."""
-    from ansible_collections.b300.rollout.plugins.module_utils import health_history as hh
+    from ansible_collections.b300.rollout.plugins.module_utils.health import health_history as hh
     gpus, _parsed = hh.gpu_round((TH / "dmon_pucv_c1.txt").read_text())
     assert list(gpus) == ["0"], gpus
     assert gpus["0"]["temp"] == 36 and gpus["0"]["mtemp"] == 40 and gpus["0"]["sm"] == 345
@@ -158,7 +158,7 @@ def test_h200_dmon_pucv_text_reads_as_the_sampler_reads_it():
 
 def test_h200_triage_gpu_reads_match_the_report():
     """The triage judged GPU 0 ok from the real nvidia-smi -q -x: replay counter 0, no clock-event time, persistence."""
-    from ansible_collections.b300.rollout.plugins.module_utils import triage_gpu
+    from ansible_collections.b300.rollout.plugins.module_utils.triage import triage_gpu
     gpus = triage_gpu.parse_gpu_extras((TH / "nvidia-smi-q.xml").read_text())
     rep = json.loads((TH / "triage-report.json").read_text())
     host = rep["hosts"]["localhost"]

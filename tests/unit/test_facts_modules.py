@@ -8,7 +8,6 @@ import sys
 
 import pytest
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "facts"))
 import synth
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -60,7 +59,7 @@ def fake_smi(tmp_path, files, rc=0):
 
 
 def test_gpu_topology_facts_on_real_2xh200(real_fixtures, tmp_path):
-    from ansible_collections.b300.rollout.plugins.module_utils.gpu_topology import build_gpu_topology
+    from ansible_collections.b300.rollout.plugins.module_utils.hw.gpu_topology import build_gpu_topology
 
     m = real_fixtures / "nvidia-h200x2-vm"
     bindir, log = fake_smi(tmp_path, {"-q -x": m / "q.xml", "topo -m": m / "topo.txt", "nvlink -s": m / "nvlink-s.txt"})
@@ -184,7 +183,7 @@ def test_ansible_doc(module):
 
 
 def _b300_facts(**kw):
-    from ansible_collections.b300.rollout.plugins.module_utils.gpu_topology import build_gpu_topology
+    from ansible_collections.b300.rollout.plugins.module_utils.hw.gpu_topology import build_gpu_topology
     return json.loads(json.dumps(build_gpu_topology(synth.b300_xml(**kw), synth.b300_topo(),
                                                     synth.b300_nvlink(down={5: [3, 11]}))))
 

@@ -4,7 +4,7 @@ import pathlib
 
 import jinja2
 
-from ansible_collections.b300.rollout.plugins.module_utils import fw_matrix
+from ansible_collections.b300.rollout.plugins.module_utils.hw import fw_matrix
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 

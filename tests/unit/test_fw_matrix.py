@@ -1,4 +1,4 @@
-"""Unit tests for module_utils/fw_matrix.py (firmware matrix, verdicts, fleet audit).
+"""Unit tests for module_utils/hw/fw_matrix.py (firmware matrix, verdicts, fleet audit).
 
 The rdma_nics dicts below are SYNTHESIZED (shaped like docs/CONTRACTS.md); no real ConnectX-8 capture exists.
 """
@@ -9,7 +9,7 @@ import pathlib
 import pytest
 import yaml
 
-from ansible_collections.b300.rollout.plugins.module_utils import fw_matrix as fm
+from ansible_collections.b300.rollout.plugins.module_utils.hw import fw_matrix as fm
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 MATRIX_FILE = ROOT / "roles" / "nic_firmware_gate" / "vars" / "nic_fw_matrix.yml"
@@ -348,7 +348,7 @@ def hwemu_fixtures(tmp_path_factory):
 
 
 def _facts_from_fixture(base):
-    from ansible_collections.b300.rollout.plugins.module_utils.rdma_nic import build_rdma_nics
+    from ansible_collections.b300.rollout.plugins.module_utils.hw.rdma_nic import build_rdma_nics
     return build_rdma_nics(sysfs_root=str(base / "sys"), ofed_info_text=(base / "ofed_info.txt").read_text(),
                            mlxfwmanager_text=(base / "mlxfwmanager.txt").read_text(), kernel_release="6.8.0-1017-nvidia")
 

@@ -1,4 +1,4 @@
-"""Unit tests for module_utils/fw_update.py (issue 29): the parsers on REAL tool outputs
+"""Unit tests for module_utils/firmware/fw_update.py (issue 29): the parsers on REAL tool outputs
 (tests/fixtures/real-world/nic-fw-update/, SOURCES.md there; the expected values were written by reading the text) and
 on the emulator's (sandbox/hwemu/fwtools.py, SYNTHESIZED), and every decision of the update."""
 import pathlib
@@ -7,10 +7,9 @@ import sys
 import pytest
 import yaml
 
-from ansible_collections.b300.rollout.plugins.module_utils import fw_update as fu
-from ansible_collections.b300.rollout.plugins.module_utils import fw_matrix as fm
+from ansible_collections.b300.rollout.plugins.module_utils.firmware import fw_update as fu
+from ansible_collections.b300.rollout.plugins.module_utils.hw import fw_matrix as fm
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "sandbox" / "hwemu"))
 import fwimage
 import fwtools
 import model
@@ -436,7 +435,7 @@ def test_device_lock_refuses_a_second_holder_naming_the_first_and_the_kernel_fre
     import subprocess
     holder = subprocess.Popen([sys.executable, "-c", (
         "import sys, time; sys.path[:0] = %r\n"
-        "from ansible_collections.b300.rollout.plugins.module_utils import fw_update as fu\n"
+        "from ansible_collections.b300.rollout.plugins.module_utils.firmware import fw_update as fu\n"
         "assert fu.DeviceLock(%r, {'run': 'killed'}).acquire() is None\nprint('held', flush=True)\ntime.sleep(60)")
         % (sys.path, path)], stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "held"

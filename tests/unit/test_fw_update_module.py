@@ -7,12 +7,10 @@ import os
 import pathlib
 import shutil
 import subprocess
-import sys
 
 import pytest
 import yaml
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "sandbox" / "hwemu"))
 import fwimage
 from test_facts_modules import run_module
 
@@ -162,7 +160,7 @@ def test_a_downgrade_is_refused_in_the_plan_unless_allowed_then_burned_as_a_down
 
 
 def test_a_held_nic_lock_refuses_the_burn_naming_its_holder(emu, tmp_path):
-    from ansible_collections.b300.rollout.plugins.module_utils import fw_update as fu
+    from ansible_collections.b300.rollout.plugins.module_utils.firmware import fw_update as fu
     rc, p = plan(emu, tmp_path, images(tmp_path))
     assert rc == 0, p
     lock = fu.DeviceLock(fu.lock_path(str(tmp_path / "locks"), "0000:5f:00.0"), {"run": "fw-update-OTHER by bob"})

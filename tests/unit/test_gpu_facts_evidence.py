@@ -5,7 +5,7 @@ import pathlib
 
 import pytest
 
-from ansible_collections.b300.rollout.plugins.module_utils.gpu_topology import build_gpu_topology
+from ansible_collections.b300.rollout.plugins.module_utils.hw.gpu_topology import build_gpu_topology
 
 EVIDENCE = pathlib.Path(__file__).resolve().parents[2] / "docs" / "evidence" / "h200x2" / "gpu_facts"
 

@@ -1,12 +1,9 @@
-"""module_utils/gpu_topology.py on the REAL H200 captures and on SYNTHESIZED B300 outputs (tests/fixtures/facts)."""
-import pathlib
-import sys
+"""module_utils/hw/gpu_topology.py on the REAL H200 captures and on SYNTHESIZED B300 outputs (tests/fixtures/facts)."""
 
 import pytest
 
-from ansible_collections.b300.rollout.plugins.module_utils import gpu_topology as gt
+from ansible_collections.b300.rollout.plugins.module_utils.hw import gpu_topology as gt
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "facts"))
 import synth  # the SYNTHESIZED fixture builder
 
 
@@ -307,7 +304,7 @@ def test_sw_power_cap_on_a_loaded_gpu_is_information_not_a_problem():
 
 
 def test_gate_and_thermal_soak_count_the_same_reasons():
-    from ansible_collections.b300.rollout.plugins.module_utils import thermal
+    from ansible_collections.b300.rollout.plugins.module_utils.health import thermal
     assert set(gt.DEFAULT_GATE_THROTTLE_REASONS) == set(thermal.DEFAULT_THROTTLE_REASONS)
 
 
@@ -328,8 +325,8 @@ def test_topo_and_sysfs_agree_no_disagreement(tmp_path):
 
 
 def test_topo_sysfs_disagreement_reported_and_sysfs_preferred(tmp_path):
-    from ansible_collections.b300.rollout.plugins.module_utils import affinity as af
-    from ansible_collections.b300.rollout.plugins.module_utils.rdma_nic import build_rdma_nics
+    from ansible_collections.b300.rollout.plugins.module_utils.hw import affinity as af
+    from ansible_collections.b300.rollout.plugins.module_utils.hw.rdma_nic import build_rdma_nics
 
     root = synth.make_sysfs(tmp_path)
     # topo -m claims GPU 0 sits under mlx5_1 (e.g. a shifted row); sysfs puts mlx5_0 under GPU 0's switch

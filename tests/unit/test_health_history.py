@@ -1,4 +1,4 @@
-"""Health history (issue 21 part 2): module_utils/health_history.py, the sampler (roles/health_history/files/sampler.py),
+"""Health history (issue 21 part 2): module_utils/health/health_history.py, the sampler (roles/health_history/files/sampler.py),
 the read module and the history plot.
 
 REAL input: the H200 `nvidia-smi dmon` captures (sandbox/hwemu/real/*/dmon-s.txt, tests/fixtures/real-world/dmon/);
@@ -15,8 +15,8 @@ import time
 
 import pytest
 
-from ansible_collections.b300.rollout.plugins.module_utils import health_history as hh
-from ansible_collections.b300.rollout.plugins.module_utils import thermal
+from ansible_collections.b300.rollout.plugins.module_utils.health import health_history as hh
+from ansible_collections.b300.rollout.plugins.module_utils.health import thermal
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SAMPLER = ROOT / "roles" / "health_history" / "files" / "sampler.py"

@@ -1,4 +1,4 @@
-"""The host run lock (module_utils/host_lock.py, lookup run_identity, filter host_lock_run_gone): real processes,
+"""The host run lock (module_utils/common/host_lock.py, lookup run_identity, filter host_lock_run_gone): real processes,
 real flock(2), temporary directories. Issue 35: two runs never both change one host; a killed holder frees it; a
 refused run is told who holds it and how to go on."""
 import multiprocessing
@@ -11,7 +11,7 @@ import pytest
 
 from ansible_collections.b300.rollout.plugins.filter.host_lock import host_lock_run_gone
 from ansible_collections.b300.rollout.plugins.lookup import run_identity
-from ansible_collections.b300.rollout.plugins.module_utils import host_lock as hl
+from ansible_collections.b300.rollout.plugins.module_utils.common import host_lock as hl
 
 
 def run(n, controller="ctl1", user="alice"):

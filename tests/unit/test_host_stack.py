@@ -1,4 +1,4 @@
-"""module_utils/host_stack.py (issue 36): parsers on REAL texts (tests/fixtures/real-world/host_stack/SOURCES.md),
+"""module_utils/hoststack/host_stack.py (issue 36): parsers on REAL texts (tests/fixtures/real-world/host_stack/SOURCES.md),
 the plan and the proof on a SYNTHESIZED B300 host state, and every trap of the issue.
 
 The healthy state below is SYNTHESIZED: its lines copy the real formats of the fixtures (the open-flavour version line
@@ -12,7 +12,7 @@ import pathlib
 import pytest
 import yaml
 
-from ansible_collections.b300.rollout.plugins.module_utils import host_stack as hs
+from ansible_collections.b300.rollout.plugins.module_utils.hoststack import host_stack as hs
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 REAL = ROOT / "tests" / "fixtures" / "real-world" / "host_stack"
@@ -407,8 +407,6 @@ def test_module_reads_a_tree_read_only_in_check_mode(tmp_path):
     nvidia-smi printing the fabric block above and a sysfs with the SW_MNG bridge: the checks read what the tree
     says; this machine's dpkg has none of the stack, so the plan refuses (apt knows no such package here)."""
     import os
-    import sys
-    sys.path.insert(0, str(ROOT / "tests" / "fixtures" / "facts"))
     import synth
     from test_facts_modules import run_module
     root = tmp_path / "root"

@@ -4,14 +4,11 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import time
 import xml.etree.ElementTree as ET
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                                "sandbox", "hwemu"))
 import model
 import render_fixtures
 import scenarios

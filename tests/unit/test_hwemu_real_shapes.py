@@ -7,15 +7,13 @@ the reset and query shapes come from CX4/CX6 Dx/CX7/BlueField-3 captures of the 
 import json
 import pathlib
 import re
-import sys
 
+import fwimage  # sandbox/hwemu is no package: on sys.path through pytest.ini
+import fwtools
+import model
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "sandbox" / "hwemu"))
-import fwimage  # noqa: E402 - sandbox/hwemu is no package: importable only once its directory is on sys.path
-import fwtools  # noqa: E402 - as above
-import model  # noqa: E402 - as above
 
 REAL = ROOT / "tests" / "fixtures" / "real-world" / "nic-fw-update"
 

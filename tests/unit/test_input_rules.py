@@ -1,4 +1,4 @@
-"""module_utils/input_rules.py: the value rules preflight runs on every input before anything changes (issue 23).
+"""module_utils/common/input_rules.py: the value rules preflight runs on every input before anything changes (issue 23).
 
 Three kinds of tests:
 - coverage: every variable of roles/sglang/defaults/main.yml has a rule (or a written reason why not), and the values
@@ -17,7 +17,7 @@ import unicodedata
 import pytest
 import yaml
 
-from ansible_collections.b300.rollout.plugins.module_utils import input_rules as ir
+from ansible_collections.b300.rollout.plugins.module_utils.common import input_rules as ir
 
 from conftest import ROOT
 

@@ -5,7 +5,7 @@ import re
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 COLL = ROOT / "collections" / "ansible_collections" / "b300" / "rollout"
-OURS = sorted(p.stem for p in (COLL / "plugins" / "module_utils").glob("*.py") if p.stem != "__init__")
+OURS = sorted(p.stem for p in (COLL / "plugins" / "module_utils").rglob("*.py") if p.stem != "__init__")
 
 
 def test_collection_layout():

@@ -2,14 +2,12 @@
 import json
 import pathlib
 import socket
-import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tools"))
 import loadgen
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

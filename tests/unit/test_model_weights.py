@@ -1,4 +1,4 @@
-"""The weights stage's decisions (module_utils/model_weights.py) and its input rules, on plain data; and the sandbox's
+"""The weights stage's decisions (module_utils/weights/model_weights.py) and its input rules, on plain data; and the sandbox's
 pinned manifests against the stub models they describe. The copying itself: tests/unit/test_model_weights_stage.py."""
 import json
 import os
@@ -9,8 +9,8 @@ import sys
 import pytest
 import yaml
 
-from ansible_collections.b300.rollout.plugins.module_utils import input_rules as ir
-from ansible_collections.b300.rollout.plugins.module_utils import model_weights as mw
+from ansible_collections.b300.rollout.plugins.module_utils.common import input_rules as ir
+from ansible_collections.b300.rollout.plugins.module_utils.weights import model_weights as mw
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SHA_A, SHA_B, SHA_C = "a" * 64, "b" * 64, "c" * 64

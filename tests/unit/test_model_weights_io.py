@@ -1,4 +1,4 @@
-"""The weights stage's copy (module_utils/model_weights_io.py): buffers filled before they reach the writer, the bytes
+"""The weights stage's copy (module_utils/weights/model_weights_io.py): buffers filled before they reach the writer, the bytes
 read before a source error hashed and written, the write-behind's calls in order, a failing write-back reported as
 a write error, the server's ranges with its read-ahead."""
 import errno
@@ -8,7 +8,7 @@ import urllib.request
 
 import pytest
 
-from ansible_collections.b300.rollout.plugins.module_utils import model_weights_io as mio
+from ansible_collections.b300.rollout.plugins.module_utils.weights import model_weights_io as mio
 
 
 class Trickle:

@@ -19,8 +19,8 @@ import time
 import pytest
 from test_model_weights_stage import MOD, ROOT, TOKEN, args, make_model, run, serve
 
-from ansible_collections.b300.rollout.plugins.module_utils import model_weights as mw
-from ansible_collections.b300.rollout.plugins.module_utils import model_weights_io as mio
+from ansible_collections.b300.rollout.plugins.module_utils.weights import model_weights as mw
+from ansible_collections.b300.rollout.plugins.module_utils.weights import model_weights_io as mio
 
 BIG = "model-00001-of-00002.safetensors"
 SMALL = "model-00002-of-00002.safetensors"

@@ -17,8 +17,8 @@ import threading
 
 import pytest
 
-from ansible_collections.b300.rollout.plugins.module_utils import model_weights as mw
-from ansible_collections.b300.rollout.plugins.module_utils import model_weights_io as mio
+from ansible_collections.b300.rollout.plugins.module_utils.weights import model_weights as mw
+from ansible_collections.b300.rollout.plugins.module_utils.weights import model_weights_io as mio
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 MOD = ROOT / "collections/ansible_collections/b300/rollout/plugins/modules/model_weights_stage.py"

@@ -1,4 +1,4 @@
-"""Tests for module_utils/nccl_results.py, plugins/modules/nccl_tests_result.py and the nccl_validation role's data.
+"""Tests for module_utils/health/nccl_results.py, plugins/modules/nccl_tests_result.py and the nccl_validation role's data.
 
 REAL captures (sandbox/hwemu/real, via the real_fixtures fixture): 1xH200 and 2xH200 all_reduce_perf from
 nccl-tests 2.19.6 / NCCL 2.28.9, text, JSON and NCCL_DEBUG=INFO runs. SYNTHESIZED outputs: tests/fixtures/nccl/
@@ -14,7 +14,7 @@ import sys
 import pytest
 import yaml
 
-from ansible_collections.b300.rollout.plugins.module_utils.nccl_results import (
+from ansible_collections.b300.rollout.plugins.module_utils.health.nccl_results import (
     GIB, analyze_repeat, classify, gate_rows, ib_hca_list, parse_json, parse_text, select_threshold,
 )
 

@@ -1,12 +1,12 @@
 """One copy of each shared thing (issue 16 item 4): the SGLang option catalogs live in roles/sglang/files/options
-only, and argparse's prefix rule in module_utils/argparse_abbrev.py only (the argv check, which runs alone through
+only, and argparse's prefix rule in module_utils/sglang/argparse_abbrev.py only (the argv check, which runs alone through
 ansible.builtin.script, carries an exact copy between markers)."""
 import pathlib
 import re
 import subprocess
 import sys
 
-from ansible_collections.b300.rollout.plugins.module_utils import argparse_abbrev as ab
+from ansible_collections.b300.rollout.plugins.module_utils.sglang import argparse_abbrev as ab
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 MU = ROOT / "collections" / "ansible_collections" / "b300" / "rollout" / "plugins" / "module_utils"
@@ -24,7 +24,7 @@ def test_argv_check_carries_an_exact_copy_of_the_rule():
     text = (ROOT / "roles" / "sglang" / "files" / "sglang_argv_check.py").read_text()
     m = re.search(r"# --- begin argparse_abbrev[^\n]*\n#[^\n]*\n(.*?)# --- end argparse_abbrev", text, re.S)
     assert m, "marker block missing in sglang_argv_check.py"
-    src = (MU / "argparse_abbrev.py").read_text()
+    src = (MU / "sglang" / "argparse_abbrev.py").read_text()
     assert m.group(1) == src[src.index("def prefix_matches"):].rstrip() + "\n"
 
 

@@ -5,14 +5,12 @@ rules). tests/unit/test_one_copy.py does the same for the option catalogs and ar
 import pathlib
 import re
 import subprocess
-import sys
 
 import pytest
 import yaml
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import test_sglang_plan as tsp
-from ansible_collections.b300.rollout.plugins.module_utils import sglang_plan as sp
+from ansible_collections.b300.rollout.plugins.module_utils.sglang import sglang_plan as sp
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 ROLE = ROOT / "roles" / "sglang"
@@ -28,17 +26,17 @@ def tracked(*suffixes):
 
 # --- the rolling order ----------------------------------------------------------------------------------------------
 def test_the_rolling_order_is_written_once():
-    """The order (decode, prefill, worker) is ROLLING_ROLE_ORDER in module_utils/sglang_rollout.py, read by
+    """The order (decode, prefill, worker) is ROLLING_ROLE_ORDER in module_utils/sglang/sglang_rollout.py, read by
     rolling_order (filter b300.rollout.sglang_rolling_order, used by 60_rolling_pass.yml): no YAML selects the
     instances of several roles one after the other, and no other Python spells the order."""
     role = re.compile(r"selectattr\('role', 'equalto', '(decode|prefill|worker)'\)")
     where = sorted({f for f in tracked(".yml", ".yaml") if len(set(role.findall((ROOT / f).read_text()))) > 1})
     assert where == [], where
-    from ansible_collections.b300.rollout.plugins.module_utils import sglang_rollout as ro
+    from ansible_collections.b300.rollout.plugins.module_utils.sglang import sglang_rollout as ro
     assert ro.ROLLING_ROLE_ORDER == ("decode", "prefill", "worker")
     spelled = re.compile(r"""["']decode["'],\s*["']prefill["'],\s*["']worker["']""")
     users = sorted(f for f in tracked(".py") if spelled.search((ROOT / f).read_text()) and not f.startswith("tests/"))
-    assert users == ["collections/ansible_collections/b300/rollout/plugins/module_utils/sglang_rollout.py"], users
+    assert users == ["collections/ansible_collections/b300/rollout/plugins/module_utils/sglang/sglang_rollout.py"], users
     text = (ROLE / "tasks" / "60_rolling_pass.yml").read_text()
     assert "b300.rollout.sglang_rolling_order" in text
 
@@ -57,7 +55,7 @@ def test_both_rolling_paths_use_it():
 
 # --- the flag check -------------------------------------------------------------------------------------------------
 def test_one_flag_check_for_server_and_router():
-    src = (PLUGINS / "module_utils" / "sglang_plan.py").read_text()
+    src = (PLUGINS / "module_utils" / "sglang" / "sglang_plan.py").read_text()
     assert len(re.findall(r"^def check_\w*args\(", src, re.M)) == 1
     calls = re.findall(r"check_args\(.*?\"(sglang(?:-router)?) %s\"", src, re.S)
     assert sorted(calls) == ["sglang", "sglang-router"], calls
@@ -127,17 +125,17 @@ def test_an_unknown_flag_set_is_refused_with_the_names():
 
 # --- the executable lookup ------------------------------------------------------------------------------------------
 def test_one_executable_lookup():
-    """"bin_path, then PATH" is module_utils/tools.py find_tool; nothing else searches directories itself."""
+    """"bin_path, then PATH" is module_utils/hw/tools.py find_tool; nothing else searches directories itself."""
     pattern = re.compile(r"get_bin_path\(|os\.access\([^)]*X_OK|shutil\.which\(")
     users = sorted(f for f in tracked(".py") if f.startswith("collections/") and pattern.search((ROOT / f).read_text()))
-    assert users == ["collections/ansible_collections/b300/rollout/plugins/module_utils/tools.py"], users
+    assert users == ["collections/ansible_collections/b300/rollout/plugins/module_utils/hw/tools.py"], users
     probe = (PLUGINS / "modules" / "thermal_soak_probe.py").read_text()
     assert "find_tool" in probe
 
 
 def test_find_tool_looks_in_bin_path_then_path(tmp_path, monkeypatch):
     from ansible.module_utils.common.process import get_bin_path
-    from ansible_collections.b300.rollout.plugins.module_utils.tools import find_tool
+    from ansible_collections.b300.rollout.plugins.module_utils.hw.tools import find_tool
 
     class Module:  # the one method of AnsibleModule find_tool uses
         @staticmethod
@@ -406,5 +404,5 @@ def test_no_second_copy_of_the_versions():
     """The sandbox deploys the profiles' pins; only the production inventory keeps the site's choice."""
     sandbox = yaml.safe_load((ROOT / "inventory" / "sandbox" / "group_vars" / "all.yml").read_text())
     assert "sglang_versions" not in sandbox
-    src = (PLUGINS / "module_utils" / "sglang_plan.py").read_text()
+    src = (PLUGINS / "module_utils" / "sglang" / "sglang_plan.py").read_text()
     assert src.count('settings.get("sglang_version")') == 1, "the version is chosen in resolve_versions only"

@@ -1,4 +1,4 @@
-"""`make plan` at unit level: module_utils/sglang_plan.py's reading of rendered units, and the role's real templates
+"""`make plan` at unit level: module_utils/sglang/sglang_plan.py's reading of rendered units, and the role's real templates
 rendered in-process through the same lookup the preflight uses (roles/sglang/templates/plan_rendered.json.j2).
 
 The rendered-template tests are the cheap half of the check that the plan shows what the deploy writes: the argv
@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from ansible_collections.b300.rollout.plugins.filter import sglang_plan as plan_filters
-from ansible_collections.b300.rollout.plugins.module_utils import sglang_plan as sp
+from ansible_collections.b300.rollout.plugins.module_utils.sglang import sglang_plan as sp
 from test_sglang_plan import hosts, plan
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""tools/quality-gate and module_utils/quality_gate.py (issue 37): answer checks written from the question set's raw
+"""tools/quality-gate and module_utils/verdicts/quality_gate.py (issue 37): answer checks written from the question set's raw
 text, the committed question set is its generator's output, and against one stub worker on loopback (about 5 s): an
 unchanged deployment passes, one whose single task type drops 5% while the mean drops 1% fails and is named."""
 import json
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from ansible_collections.b300.rollout.plugins.module_utils import quality_gate as qg
+from ansible_collections.b300.rollout.plugins.module_utils.verdicts import quality_gate as qg
 from test_sglang_stub import Stub
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]

@@ -1,16 +1,14 @@
-"""module_utils/rdma_nic.py on SYNTHESIZED ConnectX sysfs trees and tool outputs (tests/fixtures/facts/synth.py).
+"""module_utils/hw/rdma_nic.py on SYNTHESIZED ConnectX sysfs trees and tool outputs (tests/fixtures/facts/synth.py).
 
 No real RDMA capture exists (the H200 machines have no RDMA NICs): everything here is synthesized from
 ../shared/reference/output-formats.md and nic-firmware-driver-matrix.md.
 """
 import pathlib
-import sys
 
 import pytest
 
-from ansible_collections.b300.rollout.plugins.module_utils import rdma_nic as rn
+from ansible_collections.b300.rollout.plugins.module_utils.hw import rdma_nic as rn
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "facts"))
 import synth
 
 
@@ -154,7 +152,7 @@ def test_active_bluefield3_beside_cx8_is_frontend_never_a_data_nic(tmp_path):
     assert bf3["unusable_reasons"] == [
         "frontend NIC (BlueField-3 0000:e1:00.0, device id a2dc): not a ConnectX-8/9 GPU-fabric NIC on this host, "
         "kept out of NCCL_IB_HCA and --disaggregation-ib-device"]
-    from ansible_collections.b300.rollout.plugins.module_utils import nccl_results
+    from ansible_collections.b300.rollout.plugins.module_utils.health import nccl_results
     assert nccl_results.ib_hca_list(r["devices"], r["usable_devices"]) == "=" + ",".join(
         "mlx5_%d" % i for i in range(8))
 
@@ -248,7 +246,7 @@ def test_sw_mng_bridge_left_out_of_the_firmware_gate(tmp_path):
     the same version on a data ConnectX-7 is."""
     import yaml
 
-    from ansible_collections.b300.rollout.plugins.module_utils import fw_matrix
+    from ansible_collections.b300.rollout.plugins.module_utils.hw import fw_matrix
     matrix = pathlib.Path(__file__).resolve().parents[2] / "roles" / "nic_firmware_gate" / "vars" / "nic_fw_matrix.yml"
     rows = fw_matrix.load_matrix_doc(yaml.safe_load(matrix.read_text()))
     root = synth.make_sysfs(tmp_path, nics=1, nic_device_id="1021", fw="1.0.0", sw_mng=(1,))

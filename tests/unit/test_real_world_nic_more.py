@@ -2,13 +2,11 @@
 driver_version}/ (sources in their SOURCES.md). Texts here are cut down from those outputs; the whole outputs are
 checked against hand-written answers by test_real_world_parsers.py."""
 import pathlib
-import sys
 
 import pytest
 
-from ansible_collections.b300.rollout.plugins.module_utils import rdma_nic
+from ansible_collections.b300.rollout.plugins.module_utils.hw import rdma_nic
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "facts"))
 import synth
 
 FIX = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "real-world"

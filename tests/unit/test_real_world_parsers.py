@@ -2,14 +2,13 @@
 import json
 import pathlib
 import re
-import sys
 import datetime
 
 import pytest
 
-from ansible_collections.b300.rollout.plugins.module_utils import nccl_results, rdma_nic, thermal
+from ansible_collections.b300.rollout.plugins.module_utils.health import nccl_results, thermal
+from ansible_collections.b300.rollout.plugins.module_utils.hw import rdma_nic
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "facts"))
 import synth
 
 ROOT = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "real-world"
@@ -167,7 +166,7 @@ def test_driver_versions_mlnx_ofed_4_and_5_are_mlnx_ofed_and_inbox_5_0_0():
 
 def test_cx8_under_mlnx_ofed_5_is_unsupported_install_doca():
     import yaml
-    from ansible_collections.b300.rollout.plugins.module_utils import fw_matrix
+    from ansible_collections.b300.rollout.plugins.module_utils.hw import fw_matrix
     rows = fw_matrix.load_matrix_doc(yaml.safe_load((REPO / "roles" / "nic_firmware_gate" / "vars" / "nic_fw_matrix.yml").read_text()))
     drv = rdma_nic.classify_driver_version("MLNX_OFED_LINUX-5.8-1.1.2.1:")
     v = fw_matrix.check_device({"name": "mlx5_0", "model": "ConnectX-8", "fw_ver": "40.47.1026", "role": "data"},
@@ -215,7 +214,7 @@ def test_eight_nics_one_psid_pending_matched_by_mac_without_mst(tmp_path):
 
 
 def test_unattributable_pending_image_is_a_host_finding_and_fails_the_gate(tmp_path):
-    from ansible_collections.b300.rollout.plugins.module_utils import fw_matrix
+    from ansible_collections.b300.rollout.plugins.module_utils.hw import fw_matrix
     _sysfs(tmp_path, [("mlx5_%d" % i, "0000:%02x:00.0" % (0x10 + i), "MT_0000001222", "0000:0000:0000:0000",
                        "40.47.1088") for i in range(8)])
     r = rdma_nic.build_rdma_nics(str(tmp_path), None, MLX8, "6.8")
@@ -230,7 +229,7 @@ def test_unattributable_pending_image_is_a_host_finding_and_fails_the_gate(tmp_p
 def test_mlxfwmanager_output_not_understood_reaches_the_gate_as_unknown(tmp_path):
     """'-E- No devices found' (MST not started, no permission) or a format the parser does not know: whether a flashed
     image waits for a reset is unknown. It was a line in the facts only; the gate now judges it by the unknown policy."""
-    from ansible_collections.b300.rollout.plugins.module_utils import fw_matrix
+    from ansible_collections.b300.rollout.plugins.module_utils.hw import fw_matrix
     _sysfs(tmp_path, [("mlx5_0", "0000:10:00.0", "MT_0000001222", "aaaa:bbbb:cccc:0000", "40.47.1026")])
     r = rdma_nic.build_rdma_nics(str(tmp_path), None, "Querying Mellanox devices firmware ...\n\n-E- No devices found\n")
     assert r["findings"] == ["mlxfwmanager: output not understood, flashed-but-not-running images unknown: "

@@ -3,7 +3,7 @@ import pathlib
 
 import pytest
 
-from ansible_collections.b300.rollout.plugins.module_utils import nccl_results, thermal
+from ansible_collections.b300.rollout.plugins.module_utils.health import nccl_results, thermal
 
 ROOT = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "real-world"
 

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from ansible_collections.b300.rollout.plugins.module_utils import gpu_topology as gt
+from ansible_collections.b300.rollout.plugins.module_utils.hw import gpu_topology as gt
 
 TOPO_DIR = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "real-world" / "topo"
 

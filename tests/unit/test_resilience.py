@@ -7,7 +7,6 @@ import textwrap
 
 import pytest
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import test_sglang_plan as tsp
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

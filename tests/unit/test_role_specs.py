@@ -9,7 +9,6 @@ import sys
 import pytest
 import yaml
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tools"))
 import argspecs
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

@@ -12,11 +12,10 @@ import sys
 import types
 
 import pytest
+import runner_cli  # tools/runner_cli.py (tools/ is on sys.path through pytest.ini), as the commands import it
 import yaml
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tools"))  # tools/ is not a package; the commands import runner_cli the same way
-import runner_cli  # noqa: E402  after the sys.path line above
 
 
 def load_command(name):

@@ -7,9 +7,7 @@ copy of the list (a document naming 6 or more scenarios is a copy: point to scen
 import pathlib
 import re
 import subprocess
-import sys
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "sandbox" / "hwemu"))
 import render_fixtures
 import scenarios
 

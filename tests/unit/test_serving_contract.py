@@ -6,7 +6,7 @@ import re
 import pytest
 import yaml
 
-from ansible_collections.b300.rollout.plugins.module_utils import sglang_plan as sp
+from ansible_collections.b300.rollout.plugins.module_utils.sglang import sglang_plan as sp
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 ROLE = ROOT / "roles" / "sglang"

@@ -1,6 +1,6 @@
-"""roles/sglang's preflight decisions and messages (module_utils/sglang_checks.py), which the task files used to build
+"""roles/sglang's preflight decisions and messages (module_utils/sglang/sglang_checks.py), which the task files used to build
 in Jinja: the TCP paths between hosts, the GPU boot services, a role script's problems, the smoke answers."""
-from ansible_collections.b300.rollout.plugins.module_utils import sglang_checks as sc
+from ansible_collections.b300.rollout.plugins.module_utils.sglang import sglang_checks as sc
 
 PD = {"instances": [
     {"id": "b300a/P0", "host": "b300a", "role": "prefill", "address": "10.0.0.11", "port": 30001, "bootstrap_port": 8998},

@@ -1,4 +1,4 @@
-"""Tests for module_utils/sglang_plan.py: instance derivation, argv rendering, validation, RDMA NIC choice.
+"""Tests for module_utils/sglang/sglang_plan.py: instance derivation, argv rendering, validation, RDMA NIC choice.
 
 The B300 facts built by `synth_b300_facts` below are SYNTHESIZED (shape from docs/CONTRACTS.md; values invented):
 8 GPUs, 8 ConnectX-8 data NICs mlx5_0..7 (NIC i PIX to GPU i, NODE to GPUs on the same NUMA node, SYS across),
@@ -9,12 +9,11 @@ import json
 import pathlib
 import re
 import shlex
-import sys
 
 import pytest
 import yaml
 
-from ansible_collections.b300.rollout.plugins.module_utils import sglang_plan as sp
+from ansible_collections.b300.rollout.plugins.module_utils.sglang import sglang_plan as sp
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PROFILES = ROOT / "roles" / "sglang" / "files" / "profiles"
@@ -275,10 +274,9 @@ def test_ib_device_when_cx7_is_the_only_pix_nic_and_cx8_is_broken():
 def synth_b300_hosts(tmp_path):
     """Both hosts with facts parsed by the real facts code from the facts helper's SYNTHESIZED B300 fixture
     (tests/fixtures/facts/synth.py: 8 GPUs, CX8 mlx5_0..7, fabric-manager CX7 mlx5_8 under GPU 0's switch)."""
-    sys.path.insert(0, str(ROOT / "tests" / "fixtures" / "facts"))
     import synth
-    from ansible_collections.b300.rollout.plugins.module_utils.gpu_topology import build_gpu_topology
-    from ansible_collections.b300.rollout.plugins.module_utils.rdma_nic import build_rdma_nics
+    from ansible_collections.b300.rollout.plugins.module_utils.hw.gpu_topology import build_gpu_topology
+    from ansible_collections.b300.rollout.plugins.module_utils.hw.rdma_nic import build_rdma_nics
 
     root = synth.make_sysfs(tmp_path, fm_under_gpu0=True)
 

@@ -1,10 +1,6 @@
 """roles/sglang/files/sglang_probe.py: the health wait's wall-clock deadline (one deadline across all slices and
 probes, however long a single probe takes) and the slices that let the caller print progress."""
-import os
-import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                                "roles", "sglang", "files"))
 import sglang_probe as sp
 
 

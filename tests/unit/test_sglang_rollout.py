@@ -1,11 +1,11 @@
-"""roles/sglang's rollout decisions (module_utils/sglang_rollout.py), one test per case the role's YAML handled in Jinja
+"""roles/sglang's rollout decisions (module_utils/sglang/sglang_rollout.py), one test per case the role's YAML handled in Jinja
 before: first deploy, flag change, key add/remove, a failed router, a failed rolling pass, a host unreachable
 mid-rollback; plus the readers (systemctl show, env files) and the messages."""
 import base64
 
 import pytest
 
-from ansible_collections.b300.rollout.plugins.module_utils import sglang_rollout as ro
+from ansible_collections.b300.rollout.plugins.module_utils.sglang import sglang_rollout as ro
 
 # a kimi_k3-like plan (one regular worker per host, the router on b300a) and a glm52_pd-like one (2P on a, 2D on b)
 KIMI = {

@@ -22,8 +22,6 @@ import urllib.request
 
 import pytest
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "sandbox" / "sglang_stub"))
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tools" / "sglang_argcheck"))
 import sglang_stub as st
 import seed_commands
 

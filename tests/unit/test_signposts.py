@@ -224,13 +224,13 @@ def test_every_function_a_doc_names_exists(doc):
 
 
 def test_the_function_check_can_fail():
-    refs = function_references("see `module_utils/fw_matrix.py` (`judge_gone`) and `no_such_function(x)`, `flock(2)`; "
-                               "Python: `plugins/module_utils/rdma_nic.py`: `build_rdma_nics(...)`, `parse_nothing`")
+    refs = function_references("see `module_utils/hw/fw_matrix.py` (`judge_gone`) and `no_such_function(x)`, `flock(2)`; "
+                               "Python: `plugins/module_utils/hw/rdma_nic.py`: `build_rdma_nics(...)`, `parse_nothing`")
     assert [(name, path) for _, name, path in refs] == [
-        ("no_such_function", None), ("build_rdma_nics", None), ("judge_gone", "module_utils/fw_matrix.py"),
-        ("build_rdma_nics", "plugins/module_utils/rdma_nic.py"), ("parse_nothing", "plugins/module_utils/rdma_nic.py")]
-    assert "judge_fw" in defined_in(resolve("module_utils/fw_matrix.py"))
-    assert "parse_nothing" not in defined_in(resolve("plugins/module_utils/rdma_nic.py"))
+        ("no_such_function", None), ("build_rdma_nics", None), ("judge_gone", "module_utils/hw/fw_matrix.py"),
+        ("build_rdma_nics", "plugins/module_utils/hw/rdma_nic.py"), ("parse_nothing", "plugins/module_utils/hw/rdma_nic.py")]
+    assert "judge_fw" in defined_in(resolve("module_utils/hw/fw_matrix.py"))
+    assert "parse_nothing" not in defined_in(resolve("plugins/module_utils/hw/rdma_nic.py"))
 
 
 # --- entry points --------------------------------------------------------------------------------------------------
@@ -241,7 +241,7 @@ def entry_points(role):
 
 # tasks_from entries whose argument spec is deliberately not checked there, and why
 UNVALIDATED = {
-    ("sglang", "11_preflight_inputs"): "the input rules (module_utils/input_rules.py) judge these values first, each "
+    ("sglang", "11_preflight_inputs"): "the input rules (module_utils/common/input_rules.py) judge these values first, each "
                                        "refusal naming the rule and the fix; a spec would refuse first with a bare "
                                        "type error (tests/integration/test_bad_input.py expects the rules' words)",
     ("nccl_validation", "inputs"): "it validates the role's spec itself, after the shape check of the threshold "

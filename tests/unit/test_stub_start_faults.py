@@ -9,7 +9,6 @@ import sys
 
 import pytest
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "sandbox" / "sglang_stub"))
 import sglang_stub as st
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""tools/sweep and module_utils/sweep.py (issue 37): the knee rule on figures whose knee is known, and the whole tool
+"""tools/sweep and module_utils/verdicts/sweep.py (issue 37): the knee rule on figures whose knee is known, and the whole tool
 against one stub worker on loopback whose step-time model puts the knee at a known batch (about 15 s)."""
 import json
 import re
@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from ansible_collections.b300.rollout.plugins.module_utils import sweep
+from ansible_collections.b300.rollout.plugins.module_utils.verdicts import sweep
 from test_sglang_stub import Stub
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""Tests for module_utils/thermal.py, the soak runner and tools/plot_thermal.py.
+"""Tests for module_utils/health/thermal.py, the soak runner and tools/plot_thermal.py.
 
 The REAL input is the H200 `--query-gpu` capture (sandbox/hwemu/real/*/query.csv, driver 580.159.04).
 Every other series here is SYNTHESIZED by `synth_csv()` below (no B300 soak capture exists yet): it writes the same
@@ -16,7 +16,7 @@ import zlib
 
 import pytest
 
-from ansible_collections.b300.rollout.plugins.module_utils import thermal
+from ansible_collections.b300.rollout.plugins.module_utils.health import thermal
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 FIELDS = list(thermal.QUERY_FIELDS)

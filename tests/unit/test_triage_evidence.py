@@ -6,16 +6,14 @@ import importlib.machinery
 import importlib.util
 import os
 import pathlib
-import sys
 
 import pytest
 import yaml
 
-from ansible_collections.b300.rollout.plugins.module_utils import triage_evidence as te
-from ansible_collections.b300.rollout.plugins.module_utils.triage_collect import collect
-from ansible_collections.b300.rollout.plugins.module_utils.triage_verdict import judge_fleet, render_markdown
+from ansible_collections.b300.rollout.plugins.module_utils.triage import triage_evidence as te
+from ansible_collections.b300.rollout.plugins.module_utils.triage.triage_collect import collect
+from ansible_collections.b300.rollout.plugins.module_utils.triage.triage_verdict import judge_fleet, render_markdown
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from triage_emu import BIN, emulated_host
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -117,9 +115,7 @@ def test_an_unreachable_hosts_evidence_is_listed_not_judged():
 
 # --------------------------------------------------------------------------- the files themselves
 def load_cli():
-    # tools/triage imports the shared wrapper tools/runner_cli.py from its own directory
-    if str(REPO / "tools") not in sys.path:
-        sys.path.insert(0, str(REPO / "tools"))
+    # tools/triage imports the shared wrapper tools/runner_cli.py from its own directory (tools/ is on sys.path: pytest.ini)
     loader = importlib.machinery.SourceFileLoader("triage_cli", str(REPO / "tools" / "triage"))
     spec = importlib.util.spec_from_loader("triage_cli", loader)
     mod = importlib.util.module_from_spec(spec)
@@ -155,7 +151,6 @@ class FakeModule:
 
 
 def test_report_module_refuses_an_unknown_host_an_unreadable_or_oversized_file(tmp_path):
-    sys.path.insert(0, str(REPO / "collections" / "ansible_collections" / "b300" / "rollout" / "plugins" / "modules"))
     from ansible_collections.b300.rollout.plugins.modules.triage_report import read_files
     f = tmp_path / "job.log"
     f.write_text("NCCL WARN Call to ibv_create_qp failed\n")

@@ -7,10 +7,10 @@ import re
 
 import yaml
 
-from ansible_collections.b300.rollout.plugins.module_utils import triage_counters as tc
-from ansible_collections.b300.rollout.plugins.module_utils import triage_kmsg as tk
-from ansible_collections.b300.rollout.plugins.module_utils import triage_verdict as tv
-from ansible_collections.b300.rollout.plugins.module_utils.triage_traffic import parse_nccl_warns
+from ansible_collections.b300.rollout.plugins.module_utils.triage import triage_counters as tc
+from ansible_collections.b300.rollout.plugins.module_utils.triage import triage_kmsg as tk
+from ansible_collections.b300.rollout.plugins.module_utils.triage import triage_verdict as tv
+from ansible_collections.b300.rollout.plugins.module_utils.triage.triage_traffic import parse_nccl_warns
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 FX = ROOT / "tests" / "fixtures" / "real-world"

@@ -6,9 +6,9 @@ import pathlib
 
 import pytest
 
-from ansible_collections.b300.rollout.plugins.module_utils import triage_counters as tc
-from ansible_collections.b300.rollout.plugins.module_utils import triage_kmsg as tk
-from ansible_collections.b300.rollout.plugins.module_utils import triage_traffic as tt
+from ansible_collections.b300.rollout.plugins.module_utils.triage import triage_counters as tc
+from ansible_collections.b300.rollout.plugins.module_utils.triage import triage_kmsg as tk
+from ansible_collections.b300.rollout.plugins.module_utils.triage import triage_traffic as tt
 
 ROOT = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "real-world"
 

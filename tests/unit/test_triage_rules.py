@@ -5,11 +5,11 @@ import pathlib
 import pytest
 import yaml
 
-from ansible_collections.b300.rollout.plugins.module_utils import triage_kmsg as tk
-from ansible_collections.b300.rollout.plugins.module_utils import triage_pcie as tp
-from ansible_collections.b300.rollout.plugins.module_utils import triage_verdict as tv
-from ansible_collections.b300.rollout.plugins.module_utils.triage_collect import parse_since
-from ansible_collections.b300.rollout.plugins.module_utils.triage_traffic import parse_nccl_warns
+from ansible_collections.b300.rollout.plugins.module_utils.triage import triage_kmsg as tk
+from ansible_collections.b300.rollout.plugins.module_utils.triage import triage_pcie as tp
+from ansible_collections.b300.rollout.plugins.module_utils.triage import triage_verdict as tv
+from ansible_collections.b300.rollout.plugins.module_utils.triage.triage_collect import parse_since
+from ansible_collections.b300.rollout.plugins.module_utils.triage.triage_traffic import parse_nccl_warns
 
 
 ROWS = yaml.safe_load((pathlib.Path(__file__).resolve().parents[2] / "roles/nic_firmware_gate/vars/nic_fw_matrix.yml")

@@ -3,16 +3,14 @@ the right device, verdict and most likely cause; the healthy host -> every devic
 import hashlib
 import os
 import pathlib
-import sys
 
 import pytest
 import yaml
 
-from ansible_collections.b300.rollout.plugins.module_utils.triage_collect import collect
-from ansible_collections.b300.rollout.plugins.module_utils.triage_verdict import judge_fleet, render_markdown, \
+from ansible_collections.b300.rollout.plugins.module_utils.triage.triage_collect import collect
+from ansible_collections.b300.rollout.plugins.module_utils.triage.triage_verdict import judge_fleet, render_markdown, \
     render_textfile
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from triage_emu import BIN, emulated_host
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -173,8 +171,8 @@ def test_pcie_ports_above_each_device_and_a_surprise_down_there(tmp_path, monkey
     carry its GPU too. Real AER lines (aer_gpuburn1_replay_timeout_then_surprise_down_xid79.txt of the real-world
     kmsg fixtures, the port's BDF replaced by that switch port's) on it make mlx5_2 the most likely cause; GPU 2, not
     below that port, stays ok."""
-    from ansible_collections.b300.rollout.plugins.module_utils import triage_kmsg as tk
-    from ansible_collections.b300.rollout.plugins.module_utils.triage_pcie import upstream_of
+    from ansible_collections.b300.rollout.plugins.module_utils.triage import triage_kmsg as tk
+    from ansible_collections.b300.rollout.plugins.module_utils.triage.triage_pcie import upstream_of
     mod, sysfs, proc = emulated_host(tmp_path, "healthy", monkeypatch=monkeypatch)
     col = collect(mod, [BIN], sysfs, proc, "2h", 0, sleep=lambda s: None)
     nic = [d for d in col["rdma_nics"]["devices"] if d["name"] == "mlx5_2"][0]

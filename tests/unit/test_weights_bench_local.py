@@ -10,12 +10,11 @@ import os
 import pathlib
 import sys
 
+import weights_bench as wb  # tools/bench/ (on sys.path through pytest.ini)
+import weights_bench_local as wbl
 import yaml
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tools" / "bench"))
-import weights_bench as wb  # noqa: E402  (tools/bench is put on the path above)
-import weights_bench_local as wbl  # noqa: E402  (tools/bench is put on the path above)
 
 
 def callback_module():

@@ -1,4 +1,4 @@
-"""The wheelhouse is brought to the hosts by manifest (module_utils/wheelhouse.py, module wheelhouse_manifest,
+"""The wheelhouse is brought to the hosts by manifest (module_utils/sglang/wheelhouse.py, module wheelhouse_manifest,
 roles/sglang/tasks/23_install_wheelhouse.yml): a run with nothing to copy reads no file's content on either side, so its cost does
 not grow with the payload (issue 24: ansible.builtin.copy of a 2.4 GB directory took 17.3 s per host when nothing had
 changed). These tests prove what is hashed when, what counts as stale, and, through the role's own task file run
@@ -14,7 +14,7 @@ import types
 import pytest
 import yaml
 
-from ansible_collections.b300.rollout.plugins.module_utils import wheelhouse as wh
+from ansible_collections.b300.rollout.plugins.module_utils.sglang import wheelhouse as wh
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 VENV_BIN = ROOT / ".venv" / "bin"

@@ -47,8 +47,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "collections"))
-from ansible_collections.b300.rollout.plugins.module_utils import model_weights as mw  # noqa: E402  (the path above)
-from ansible_collections.b300.rollout.plugins.module_utils import model_weights_io as mio  # noqa: E402  (the path above)
+from ansible_collections.b300.rollout.plugins.module_utils.weights import model_weights as mw  # noqa: E402  (the path above)
+from ansible_collections.b300.rollout.plugins.module_utils.weights import model_weights_io as mio  # noqa: E402  (the path above)
 
 CACHE = ROOT / ".cache" / "weights-bench"
 SRC = CACHE / "src"
@@ -338,26 +338,7 @@ def disk_limits(parallel):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--gib", type=float, default=8)
-    ap.add_argument("--parallel", type=int, default=2)
-    ap.add_argument("--variants", default="end,behind,behind+drop",
-                    help="comma-separated stage settings, each run cold + second host in this run: %s, optionally "
-                         "/pN (N files at once); a name twice (end,behind,end) shows the drift" % ", ".join(VARIANTS))
-    ap.add_argument("--main", default="behind", help="the variant of the no-change and fan-out runs (the role's "
-                                                     "defaults: behind)")
-    ap.add_argument("--out")
-    ap.add_argument("--clean", action="store_true", help="remove the generated model afterwards")
-    ap.add_argument("--local", action="store_true", help="source, stage and limits on this machine, no containers "
-                                                         "(tools/bench/weights_bench_local.py; the lent GPU machine)")
-    ap.add_argument("--parallel-files", default="2,4,8", help="--local: the model_weights_parallel_files values, "
-                                                                "each with its own W, N, H and stage")
-    ap.add_argument("--dir", help="--local: the work directory (model, target, logs; default "
-                                  ".cache/weights-bench-local), on the file system the stage is measured on")
-    ap.add_argument("--w-gib", type=float, default=8, help="--local: GiB written by each W measurement")
-    ap.add_argument("--shard-gib", type=float, help="--local: shards of this size (default: 2, 2, 1.5, 1.5, 1 GiB "
-                                                    "repeated); a small model needs small shards for P files at once")
-    a = ap.parse_args()
+    a = parse_args()
     if a.local:
         import weights_bench_local   # beside this file (sys.path[0])
         return weights_bench_local.run_local(a)
@@ -385,6 +366,68 @@ def main():
         f["size"] for n, f in files.items() if n.endswith(".safetensors"))}, "parallel": a.parallel,
         "variants_order": labels, "main": a.main}
     # --- limits, right before ---
+    w_before, alt = measure_limits(a, files, res)
+    # --- cold and second host, per variant, in this run ---
+    runs = run_variants(labels, specs, base, hosts, files)
+    main_label = labels[specs.index(a.main)]
+    main_extra = variant_extra(a.main, base)
+    # --- no-change (the hosts hold the last variant's copies) ---
+    start_watch(hosts)
+    rerun = playbook("b300a,b300b", main_extra, "no-change re-run")
+    rerun["inotify"] = stop_watch(hosts)
+    # --- both at once, pipelined ---
+    wipe(hosts)
+    warm(files)
+    fan = playbook("b300a,b300b", main_extra, "fan-out: both hosts empty (%s)" % a.main)
+    wipe(hosts)
+    # --- the disk again, right after (the drift over the run) ---
+    w_after = disk_limits(a.parallel)
+    wipe(hosts)
+    res["limits"]["W_after"] = w_after["end"]
+    res["limits"]["W_behind_after"] = w_after["behind"]
+    lim, lim_first = limits_summary(res, w_before, w_after)
+    res.update(runs=runs, rerun=rerun, fanout=fan)
+    res["ratios"] = ratios_of(runs, rerun, fan, alt, total, lim, lim_first, main_label)
+    out = pathlib.Path(a.out) if a.out else ROOT / "artifacts" / "bench" / ("weights-%s.json" % time.strftime(
+        "%Y%m%dT%H%M%SZ", time.gmtime()))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(res, indent=1))
+    print("W end %.0f / behind %.0f MB/s before, %.0f / %.0f after -> L %.0f MB/s (%s)" % (
+        w_before["end"]["rate_Bps"] / 1e6, w_before["behind"]["rate_Bps"] / 1e6, w_after["end"]["rate_Bps"] / 1e6,
+        w_after["behind"]["rate_Bps"] / 1e6, lim / 1e6, res["limits"]["L"]["bound_by"]))
+    print(json.dumps(res["ratios"], indent=1))
+    print("written %s" % out)
+    if a.clean:
+        shutil.rmtree(CACHE, ignore_errors=True)
+
+
+def parse_args():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--gib", type=float, default=8)
+    ap.add_argument("--parallel", type=int, default=2)
+    ap.add_argument("--variants", default="end,behind,behind+drop",
+                    help="comma-separated stage settings, each run cold + second host in this run: %s, optionally "
+                         "/pN (N files at once); a name twice (end,behind,end) shows the drift" % ", ".join(VARIANTS))
+    ap.add_argument("--main", default="behind", help="the variant of the no-change and fan-out runs (the role's "
+                                                     "defaults: behind)")
+    ap.add_argument("--out")
+    ap.add_argument("--clean", action="store_true", help="remove the generated model afterwards")
+    ap.add_argument("--local", action="store_true", help="source, stage and limits on this machine, no containers "
+                                                         "(tools/bench/weights_bench_local.py; the lent GPU machine)")
+    ap.add_argument("--parallel-files", default="2,4,8", help="--local: the model_weights_parallel_files values, "
+                                                                "each with its own W, N, H and stage")
+    ap.add_argument("--dir", help="--local: the work directory (model, target, logs; default "
+                                  ".cache/weights-bench-local), on the file system the stage is measured on")
+    ap.add_argument("--w-gib", type=float, default=8, help="--local: GiB written by each W measurement")
+    ap.add_argument("--shard-gib", type=float, help="--local: shards of this size (default: 2, 2, 1.5, 1.5, 1 GiB "
+                                                    "repeated); a small model needs small shards for P files at once")
+    return ap.parse_args()
+
+
+def measure_limits(a, files, res):
+    """W (the disk, end and write-behind), N (the network from the controller's source), H (hashing), and the
+    alternative curl + sha256sum, right before the runs, into res["limits"]; returns the disk's and the alternative's
+    measures."""
     w_before = disk_limits(a.parallel)
     big = sorted((n for n in files if n.endswith(".safetensors")), key=lambda n: -files[n]["size"])[:a.parallel]
     srv = mio.WeightsServer("10.89.30.1", PORT, TOKEN, [{"rel": BIG, "names": set(files), "root": str(SRC)}],
@@ -406,7 +449,11 @@ def main():
     print("W %.0f MB/s (write-behind %.0f), N %.0f MB/s, H %.0f MB/s; alt curl+sha256sum %.0f MB/s" % (
         w["rate_Bps"] / 1e6, w_before["behind"]["rate_Bps"] / 1e6, nrate["bytes"] / nrate["s"] / 1e6,
         hrate["bytes"] / hrate["s"] / 1e6, alt["bytes"] / alt["s"] / 1e6), flush=True)
-    # --- cold and second host, per variant, in this run ---
+    return w_before, alt
+
+
+def run_variants(labels, specs, base, hosts, files):
+    """Per variant: a cold stage on b300a and the second host b300b from b300a, each from wiped hosts."""
     runs = {}
     for label, spec in zip(labels, specs):
         wipe(hosts)
@@ -419,22 +466,13 @@ def main():
         print("%-14s cold %.1f s (fsync %s s), second host %.1f s (fsync %s s)" % (
             label, cold["stage"]["b300a"]["elapsed_s"], cold["stage"]["b300a"].get("fsync_s"),
             second["stage"]["b300b"]["elapsed_s"], second["stage"]["b300b"].get("fsync_s")), flush=True)
-    main_label = labels[specs.index(a.main)]
-    main_extra = variant_extra(a.main, base)
-    # --- no-change (the hosts hold the last variant's copies) ---
-    start_watch(hosts)
-    rerun = playbook("b300a,b300b", main_extra, "no-change re-run")
-    rerun["inotify"] = stop_watch(hosts)
-    # --- both at once, pipelined ---
-    wipe(hosts)
-    warm(files)
-    fan = playbook("b300a,b300b", main_extra, "fan-out: both hosts empty (%s)" % a.main)
-    wipe(hosts)
-    # --- the disk again, right after (the drift over the run) ---
-    w_after = disk_limits(a.parallel)
-    wipe(hosts)
-    res["limits"]["W_after"] = w_after["end"]
-    res["limits"]["W_behind_after"] = w_after["behind"]
+    return runs
+
+
+def limits_summary(res, w_before, w_after):
+    """L, the slowest of the best W, N and H (and L with the first W only, the issue 28 run's method), into
+    res["limits"]; returns both rates."""
+    w = w_before["end"]
     w_max = max(x["rate_Bps"] for x in (w, w_before["behind"], w_after["end"], w_after["behind"]))
     lim = min(w_max, res["limits"]["N"]["rate_Bps"], res["limits"]["H"]["rate_Bps"])
     lim_first = min(w["rate_Bps"], res["limits"]["N"]["rate_Bps"], res["limits"]["H"]["rate_Bps"])
@@ -443,7 +481,12 @@ def main():
         "N" if lim == res["limits"]["N"]["rate_Bps"] else "H"), "method": "min(max of the four W, N, H)"}
     res["limits"]["L_first_W"] = {"rate_Bps": lim_first, "method": "min(W at the start, fdatasync at the end, N, H): "
                                                                    "the issue 28 run's method"}
-    res.update(runs=runs, rerun=rerun, fanout=fan)
+    return lim, lim_first
+
+
+def ratios_of(runs, rerun, fan, alt, total, lim, lim_first, main_label):
+    """The report's ratios: per variant and for the main one (cold vs L, second host vs cold, no-change re-run,
+    fan-out, the alternative's rate)."""
     per = {}
     for label, r in runs.items():
         tc, ts = r["cold"]["stage"]["b300a"]["elapsed_s"], r["second"]["stage"]["b300b"]["elapsed_s"]
@@ -455,7 +498,7 @@ def main():
     t_cold = per[main_label]["cold_s"]
     weight_events = {h: sum(n for k, n in ev.get(kind, {}).items() if k.endswith(".safetensors"))
                      for h, ev in rerun["inotify"].items() for kind in ("open", "access")}
-    res["ratios"] = {
+    return {
         "main": main_label,
         "per_variant": per,
         "cold_rate_Bps": total / t_cold, "cold_vs_L": total / t_cold / lim,
@@ -470,17 +513,6 @@ def main():
                                          + fan["served_by_controller"].get(DRAFT, {}).get("bytes", 0)) / total,
         "alt_vs_stage": (alt["bytes"] / alt["s"]) / (total / t_cold),
     }
-    out = pathlib.Path(a.out) if a.out else ROOT / "artifacts" / "bench" / ("weights-%s.json" % time.strftime(
-        "%Y%m%dT%H%M%SZ", time.gmtime()))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(res, indent=1))
-    print("W end %.0f / behind %.0f MB/s before, %.0f / %.0f after -> L %.0f MB/s (%s)" % (
-        w["rate_Bps"] / 1e6, w_before["behind"]["rate_Bps"] / 1e6, w_after["end"]["rate_Bps"] / 1e6,
-        w_after["behind"]["rate_Bps"] / 1e6, lim / 1e6, res["limits"]["L"]["bound_by"]))
-    print(json.dumps(res["ratios"], indent=1))
-    print("written %s" % out)
-    if a.clean:
-        shutil.rmtree(CACHE, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ model_weights_parallel_files P (--parallel-files, in this run, in this order):
          unique random 16 MiB blocks, fdatasync: twice, at the end only and with the stage's write-behind (the
          sandbox mode's W_SCRIPT, run here): the faster of the two
   N(P)   the transport alone: P curls at once of the P largest shards from the stage's own byte-range server
-         (module_utils/model_weights_io.py WeightsServer, the code the controller's server runs) on this machine's
+         (module_utils/weights/model_weights_io.py WeightsServer, the code the controller's server runs) on this machine's
          address (over its loopback device), into /dev/null
   H(P)   sha256, P threads at once over 16 MiB buffers
   L(P)   min(W(P), N(P), H(P))
@@ -182,6 +182,8 @@ def fs_of(path):
 
 
 def run_local(a):
+    """The local bench (see the module docstring): per --parallel-files value P, the limits W, N and H with P streams
+    and the stage with P files at once, one row each, written after every row; the best P at the end."""
     t_start = time.time()
     work = pathlib.Path(a.dir or ROOT / ".cache" / "weights-bench-local").resolve()
     work.mkdir(parents=True, exist_ok=True)
@@ -228,68 +230,15 @@ def run_local(a):
             "model_weights_run_dir": str(work / "run"), "model_weights_reserve_gib": 0,
             "model_weights_protect_home": False, "model_weights_group": "root", "model_weights_progress_s": 5,
             "host_lock_path": str(work / "lock" / "host.lock"), "sglang_gather_hw_facts": False}
+    ctx = {"work": work, "src": src, "target": target, "logs": logs, "shards": shards, "files": files, "addr": addr,
+           "port": port, "w_total": w_total, "inv": inv, "base": base, "total": total, "cores_usable": cores_usable}
     for p in pars:
-        shutil.rmtree(target, ignore_errors=True)
-        per = max(16 << 20, w_total // p // (16 << 20) * (16 << 20))
-        w = {mode: local_script(wb.W_SCRIPT, str(work / "wtest"), str(per), str(p), mode) for mode in ("end", "behind")}
-        shutil.rmtree(work / "wtest", ignore_errors=True)
-        warm(src, shards)
-        srv = mio.WeightsServer(addr, port, TOKEN, [{"rel": wb.BIG, "names": set(files), "root": str(src)}],
-                                kind="source")
-        srv.start()
-        try:
-            urls = [mio.url_for("http://%s:%d/v1/files" % (addr, port), wb.BIG, shards[i % len(shards)])
-                    for i in range(p)]
-            c0 = time.process_time()
-            n = local_script(wb.N_SCRIPT, TOKEN, *urls)
-            n["server_cpu_s"] = round(time.process_time() - c0, 3)
-        finally:
-            srv.stop()
-        h = local_script(wb.H_SCRIPT, str(min(wb.GIB, max(256 << 20, w_total // p))), str(p))
-        w_best = max(w["end"]["rate_Bps"], w["behind"]["rate_Bps"])
-        lim = min(w_best, n["rate_Bps"], h["rate_Bps"])
-        bound = "W" if lim == w_best else ("N" if lim == n["rate_Bps"] else "H")
-        # CPU seconds per byte of each figure alone; what one staged byte costs at least (the server and curl, the
-        # hash, the write), so the cores allow at most cores / that
-        cpb = {"W": w["behind"]["cpu_s"] / w["behind"]["bytes"], "N": (n["cpu_s"] + n["server_cpu_s"]) / n["bytes"],
-               "H": h["cpu_s"] / h["bytes"]}
-        cpu_ceiling = cores_usable / sum(cpb.values())
-        # N and H are both CPU (curl + the server, sha256): on cores they share with each other (and with anything
-        # else running) one byte takes 1/N + 1/H of the time they had alone; the disk overlaps (an estimate)
-        shared = min(w_best, 1 / (1 / n["rate_Bps"] + 1 / h["rate_Bps"]))
-        # the stage
-        shutil.rmtree(target, ignore_errors=True)
-        warm(src, shards)
-        load = os.getloadavg()
-        extra = dict(base, model_weights_parallel_files=p)
-        run = local_playbook(inv, extra, "stage-p%d" % p, logs)
-        st = run["stage"]["b300a"]
-        rate = total / st["elapsed_s"]
-        row = {"parallel_files": p, "streams_at_most": min(p, len(shards)), "W_end": w["end"], "W_behind": w["behind"], "N": n, "H": h,
-               "L": {"rate_Bps": lim, "bound_by": bound, "method": "min(max(W_end, W_behind), N, H), P streams each"},
-               "cpu_s_per_GB": {k: round(v * 1e9, 3) for k, v in cpb.items()},
-               "cpu_ceiling_Bps": cpu_ceiling, "ceiling_Bps": min(lim, cpu_ceiling),
-               "shared_cores_bound_Bps": shared,
-               "stage": st, "stage_rate_Bps": rate, "ratio": rate / lim, "ratio_vs_ceiling": rate / min(lim, cpu_ceiling),
-               "ratio_vs_shared_bound": rate / shared,
-               "stage_wall_s": run["wall_s"], "busy_cores": run["busy_cores"], "load_before_stage": load,
-               # the whole machine's CPU through the playbook (Ansible and anything else running included) per GB:
-               # an upper bound of what the stage itself spent
-               "machine_cpu_s_per_GB_playbook": round(run["busy_cores"].get("cpu_s", 0) / total * 1e9, 2),
-               "served_by_controller": run["served_by_controller"]}
+        w, n, h = limits_at(p, ctx)
+        row, cpb = stage_at(p, ctx, w, n, h)
         res["runs"].append(row)
         res["elapsed_s"] = round(time.time() - t_start, 1)
         out.write_text(json.dumps(res, indent=1))
-        bc = run["busy_cores"]
-        print("%3d %9.0f %9.0f %9.0f %9.0f %9.0f %-2s %8.1f %9.0f %6.2f %7.2f %s/%s" % (
-            p, w["end"]["rate_Bps"] / 1e6, w["behind"]["rate_Bps"] / 1e6, n["rate_Bps"] / 1e6, h["rate_Bps"] / 1e6,
-            lim / 1e6, bound, st["elapsed_s"], rate / 1e6, rate / lim, st.get("fsync_s") or 0, bc.get("mean"),
-            bc.get("max")), flush=True)
-        print("    cpu s/GB W %.2f N %.2f H %.2f -> %d free cores allow %.0f MB/s (min(L, that) %.0f MB/s, stage %.2f "
-              "of it); N and H on shared cores: min(W, 1/(1/N+1/H)) %.0f MB/s, stage %.2f of it; writeback %s" % (
-                  cpb["W"] * 1e9, cpb["N"] * 1e9, cpb["H"] * 1e9, cores_usable, cpu_ceiling / 1e6,
-                  min(lim, cpu_ceiling) / 1e6, rate / min(lim, cpu_ceiling), shared / 1e6, rate / shared,
-                  ",".join(st.get("writeback") or [])), flush=True)
+        print_row(row, cpb, cores_usable)
     shutil.rmtree(target, ignore_errors=True)
     best = max(res["runs"], key=lambda r: r["stage_rate_Bps"])
     res["best"] = {"parallel_files": best["parallel_files"], "stage_rate_Bps": best["stage_rate_Bps"],
@@ -300,3 +249,81 @@ def run_local(a):
         best["parallel_files"], best["stage_rate_Bps"] / 1e6, best["ratio"], res["elapsed_s"], out), flush=True)
     if a.clean:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def limits_at(p, ctx):
+    """W (end and write-behind), N (curl from the local weights server) and H (sha256) with p streams."""
+    work, src, target, shards, files = ctx["work"], ctx["src"], ctx["target"], ctx["shards"], ctx["files"]
+    addr, port, w_total = ctx["addr"], ctx["port"], ctx["w_total"]
+    shutil.rmtree(target, ignore_errors=True)
+    per = max(16 << 20, w_total // p // (16 << 20) * (16 << 20))
+    w = {mode: local_script(wb.W_SCRIPT, str(work / "wtest"), str(per), str(p), mode) for mode in ("end", "behind")}
+    shutil.rmtree(work / "wtest", ignore_errors=True)
+    warm(src, shards)
+    srv = mio.WeightsServer(addr, port, TOKEN, [{"rel": wb.BIG, "names": set(files), "root": str(src)}],
+                            kind="source")
+    srv.start()
+    try:
+        urls = [mio.url_for("http://%s:%d/v1/files" % (addr, port), wb.BIG, shards[i % len(shards)])
+                for i in range(p)]
+        c0 = time.process_time()
+        n = local_script(wb.N_SCRIPT, TOKEN, *urls)
+        n["server_cpu_s"] = round(time.process_time() - c0, 3)
+    finally:
+        srv.stop()
+    h = local_script(wb.H_SCRIPT, str(min(wb.GIB, max(256 << 20, w_total // p))), str(p))
+    return w, n, h
+
+
+def stage_at(p, ctx, w, n, h):
+    """The stage with p files at once, against the limits w, n, h: its row (rate, ratios, CPU bounds) and the CPU
+    seconds per byte of W, N and H."""
+    src, target, shards, total = ctx["src"], ctx["target"], ctx["shards"], ctx["total"]
+    cores_usable = ctx["cores_usable"]
+    w_best = max(w["end"]["rate_Bps"], w["behind"]["rate_Bps"])
+    lim = min(w_best, n["rate_Bps"], h["rate_Bps"])
+    bound = "W" if lim == w_best else ("N" if lim == n["rate_Bps"] else "H")
+    # CPU seconds per byte of each figure alone; what one staged byte costs at least (the server and curl, the
+    # hash, the write), so the cores allow at most cores / that
+    cpb = {"W": w["behind"]["cpu_s"] / w["behind"]["bytes"], "N": (n["cpu_s"] + n["server_cpu_s"]) / n["bytes"],
+           "H": h["cpu_s"] / h["bytes"]}
+    cpu_ceiling = cores_usable / sum(cpb.values())
+    # N and H are both CPU (curl + the server, sha256): on cores they share with each other (and with anything
+    # else running) one byte takes 1/N + 1/H of the time they had alone; the disk overlaps (an estimate)
+    shared = min(w_best, 1 / (1 / n["rate_Bps"] + 1 / h["rate_Bps"]))
+    # the stage
+    shutil.rmtree(target, ignore_errors=True)
+    warm(src, shards)
+    load = os.getloadavg()
+    extra = dict(ctx["base"], model_weights_parallel_files=p)
+    run = local_playbook(ctx["inv"], extra, "stage-p%d" % p, ctx["logs"])
+    st = run["stage"]["b300a"]
+    rate = total / st["elapsed_s"]
+    row = {"parallel_files": p, "streams_at_most": min(p, len(shards)), "W_end": w["end"], "W_behind": w["behind"], "N": n, "H": h,
+           "L": {"rate_Bps": lim, "bound_by": bound, "method": "min(max(W_end, W_behind), N, H), P streams each"},
+           "cpu_s_per_GB": {k: round(v * 1e9, 3) for k, v in cpb.items()},
+           "cpu_ceiling_Bps": cpu_ceiling, "ceiling_Bps": min(lim, cpu_ceiling),
+           "shared_cores_bound_Bps": shared,
+           "stage": st, "stage_rate_Bps": rate, "ratio": rate / lim, "ratio_vs_ceiling": rate / min(lim, cpu_ceiling),
+           "ratio_vs_shared_bound": rate / shared,
+           "stage_wall_s": run["wall_s"], "busy_cores": run["busy_cores"], "load_before_stage": load,
+           # the whole machine's CPU through the playbook (Ansible and anything else running included) per GB:
+           # an upper bound of what the stage itself spent
+           "machine_cpu_s_per_GB_playbook": round(run["busy_cores"].get("cpu_s", 0) / total * 1e9, 2),
+           "served_by_controller": run["served_by_controller"]}
+    return row, cpb
+
+
+def print_row(row, cpb, cores_usable):
+    """One line of the table, and the CPU line under it."""
+    st, bc, lim = row["stage"], row["busy_cores"], row["L"]["rate_Bps"]
+    rate, shared, ceiling = row["stage_rate_Bps"], row["shared_cores_bound_Bps"], row["cpu_ceiling_Bps"]
+    print("%3d %9.0f %9.0f %9.0f %9.0f %9.0f %-2s %8.1f %9.0f %6.2f %7.2f %s/%s" % (
+        row["parallel_files"], row["W_end"]["rate_Bps"] / 1e6, row["W_behind"]["rate_Bps"] / 1e6,
+        row["N"]["rate_Bps"] / 1e6, row["H"]["rate_Bps"] / 1e6, lim / 1e6, row["L"]["bound_by"], st["elapsed_s"],
+        rate / 1e6, rate / lim, st.get("fsync_s") or 0, bc.get("mean"), bc.get("max")), flush=True)
+    print("    cpu s/GB W %.2f N %.2f H %.2f -> %d free cores allow %.0f MB/s (min(L, that) %.0f MB/s, stage %.2f "
+          "of it); N and H on shared cores: min(W, 1/(1/N+1/H)) %.0f MB/s, stage %.2f of it; writeback %s" % (
+              cpb["W"] * 1e9, cpb["N"] * 1e9, cpb["H"] * 1e9, cores_usable, ceiling / 1e6,
+              min(lim, ceiling) / 1e6, rate / min(lim, ceiling), shared / 1e6, rate / shared,
+              ",".join(st.get("writeback") or [])), flush=True)

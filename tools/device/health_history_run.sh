@@ -5,7 +5,7 @@
 # 2. `sampler.py --once --out DIR` (the standalone mode): once.json;
 # 3. the sampler as the service runs it (continuous, interval INTERVAL_S) for SECONDS: 15 s idle, the thermal soak's
 #    torch bf16 burner on every GPU, 15 s idle; then SIGTERM, and a check that no sampler/dmon process is left;
-# 4. the window read back with module_utils/health_history.py (what b300.rollout.health_history_read returns):
+# 4. the window read back with module_utils/health/health_history.py (what b300.rollout.health_history_read returns):
 #    window.json, and the plot (tools/plot_thermal.py --history): window.png; the textfile; the history files.
 # No RDMA NIC on the lent VMs: the NIC part samples whatever /sys/class/infiniband has (nothing there) and says so.
 # Exit code: 0 when the window holds every GPU with at least SECONDS / INTERVAL_S / 2 samples; 1 otherwise.
@@ -49,7 +49,7 @@ else echo "no leftover processes"; fi
 "$PY" - "$H" "$SECONDS_RUN" "$IV" "$OUT/window.json" <<'PY'
 import json, sys
 sys.path.insert(0, "collections")
-from ansible_collections.b300.rollout.plugins.module_utils import health_history as hh
+from ansible_collections.b300.rollout.plugins.module_utils.health import health_history as hh
 d, secs, iv, out = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
 res = hh.read_window(d, secs + 30, plot_context_s=0)
 json.dump(res, open(out, "w"), indent=1, sort_keys=True)

@@ -4,7 +4,7 @@ root, without Ansible (stdlib + the collection's module_utils on PYTHONPATH):
 
     run(command="python3 tools/device/host_stack_run.py")
 
-Reads the host exactly as b300.rollout.host_stack_facts does (module_utils/host_stack_io.gather, with subprocess in
+Reads the host exactly as b300.rollout.host_stack_facts does (module_utils/hoststack/host_stack_io.gather, with subprocess in
 place of AnsibleModule.run_command) against the declared B300 stack, and writes to $OUT: state.json (every raw text
 read), report.json (plan, checks, summary, failures), timing.json and README.txt. The lent machine is one H100/H200
 without NVSwitch, fabric manager or ConnectX: most B300 checks fail there by design; what it shows is what the real
@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.join(ROOT, "collections"))
 
 import yaml  # noqa: E402  (PyYAML: on the lent machine's python; the stacks file is YAML)
 
-from ansible_collections.b300.rollout.plugins.module_utils import host_stack_io  # noqa: E402 - importable only once sys.path has the collection
+from ansible_collections.b300.rollout.plugins.module_utils.hoststack import host_stack_io  # noqa: E402 - importable only once sys.path has the collection
 
 
 def run(argv):

@@ -11,7 +11,7 @@ import re
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "collections"))
-from ansible_collections.b300.rollout.plugins.module_utils import argparse_abbrev
+from ansible_collections.b300.rollout.plugins.module_utils.sglang import argparse_abbrev
 
 SEED_NAME = "000_41a8a3efb3bcc347.txt"
 EXTRACT = os.path.join("tests", "fixtures", "seed", "000_41a8a3efb3bcc347-commands.txt")

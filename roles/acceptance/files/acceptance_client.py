@@ -23,7 +23,7 @@ Steps:
     one-token generations, so a flush can meet a busy scheduler. After `attempts` tries the run stops (exit 3) and
     result.json / stderr name the worker (id, url, last status and text);
  3. /metrics of every worker (before) -> bench_serving as a child (stdout+stderr to bench.log, --warmup-requests 0
-    and no --flush-cache: see module_utils/acceptance.py bench_argv) while /metrics is sampled every sample_s into
+    and no --flush-cache: see module_utils/verdicts/acceptance.py bench_argv) while /metrics is sampled every sample_s into
     samples.jsonl and progress.json holds done/total/elapsed -> /metrics (after) -> result.json (rc, timings,
     before/after texts). The client's own JSON line is in the --output-file of argv.
 Counters are read by sglang_metrics.py (the same reader as the controller's report).
@@ -39,7 +39,7 @@ import urllib.request
 _HERE = os.path.dirname(os.path.abspath(__file__))
 # on the client host the role puts sglang_metrics.py next to this file; in the repository it lives in the collection
 for _d in (_HERE, os.path.join(_HERE, "..", "..", "..", "collections", "ansible_collections", "b300", "rollout",
-                               "plugins", "module_utils")):
+                               "plugins", "module_utils", "sglang")):
     if os.path.exists(os.path.join(_d, "sglang_metrics.py")):
         sys.path.insert(0, os.path.abspath(_d))
         break

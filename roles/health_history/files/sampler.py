@@ -11,7 +11,7 @@ box without Ansible (python3 stdlib only):
 
 From a checkout it finds the module_utils under collections/ by itself. Every `--interval` seconds it writes one
 record: the last dmon round (temperatures incl. HBM, clocks, power, utilisation, power/thermal violation) and the
-counters/ and hw_counters/ of every configured RDMA device (see module_utils/health_history.py for the format,
+counters/ and hw_counters/ of every configured RDMA device (see module_utils/health/health_history.py for the format,
 rotation and size bounds). When dmon stalls or exits the NIC counters are still sampled, an event is recorded and dmon
 is restarted with a backoff (5 s doubling to 300 s). Exit codes: 0 stopped by a signal or --rounds reached, 2 bad
 configuration, 3 --once could not sample anything.
@@ -30,7 +30,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 if not os.path.exists(os.path.join(HERE, "health_history.py")):  # run from a checkout: roles/health_history/files
     sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "collections", "ansible_collections", "b300", "rollout",
-                                    "plugins", "module_utils"))
+                                    "plugins", "module_utils", "health"))
 import health_history as hh  # noqa: E402  its directory is only known after the check above
 
 DEFAULTS = {

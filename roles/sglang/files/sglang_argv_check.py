@@ -94,7 +94,7 @@ def build_parser(server_args_cls):
     return parser
 
 
-# --- begin argparse_abbrev: a copy of collections/ansible_collections/b300/rollout/plugins/module_utils/argparse_abbrev.py
+# --- begin argparse_abbrev: a copy of collections/ansible_collections/b300/rollout/plugins/module_utils/sglang/argparse_abbrev.py
 # (this file runs alone through ansible.builtin.script; tests/unit/test_one_copy.py keeps the copy exact)
 def prefix_matches(name, options):
     """Options (sorted) that start with `name`, e.g. --tp -> [--tp-size]."""

@@ -111,7 +111,7 @@ MARKER_FORMAT = "b300-weights-stage/1"
 
 def stage_marker(path):
     """(marker, stale names) of a directory the weights stage completed; (None, []) when it has no usable marker.
-    Consistent = its file list hashes to the digest it claims (module_utils/model_weights.py manifest_digest)."""
+    Consistent = its file list hashes to the digest it claims (module_utils/weights/model_weights.py manifest_digest)."""
     try:
         with open(os.path.join(path, MARKER)) as fh:
             marker = json.load(fh)

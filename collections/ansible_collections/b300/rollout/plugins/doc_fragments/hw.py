@@ -2,7 +2,7 @@
 """Documentation fragment b300.rollout.hw: the two options of every module of the action group `hw` (meta/runtime.yml).
 
 The roles and playbooks give both through `module_defaults: {group/b300.rollout.hw: "{{ hw_module_defaults }}"}`
-(roles/b300_defaults). The modules' argument spec for them is module_utils/tools.py hw_argument_spec();
+(roles/b300_defaults). The modules' argument spec for them is module_utils/hw/tools.py hw_argument_spec();
 tests/unit/test_module_docs.py keeps the group, this fragment and that spec to the same modules.
 """
 from __future__ import annotations

@@ -1,11 +1,11 @@
 # -*- coding: utf-8 -*-
-"""Filter host_lock_run_gone: whether the run holding a host's lock is provably gone (module_utils/host_lock.py
+"""Filter host_lock_run_gone: whether the run holding a host's lock is provably gone (module_utils/common/host_lock.py
 run_gone), evaluated on the controller where that run's process would be. Used by roles/host_lock/tasks/main.yml.
 Documentation: host_lock_run_gone.yml next to this file."""
 
 from __future__ import annotations
 
-from ansible_collections.b300.rollout.plugins.module_utils.host_lock import run_gone
+from ansible_collections.b300.rollout.plugins.module_utils.common.host_lock import run_gone
 
 
 def host_lock_run_gone(record):

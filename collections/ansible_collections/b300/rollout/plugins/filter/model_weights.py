@@ -1,11 +1,11 @@
 # -*- coding: utf-8 -*-
 """Filters weights_progress and weights_summary: the weights stage's lines for a person
-(module_utils/model_weights.py progress_line / summary_lines). Used by roles/model_weights/tasks. Documentation:
+(module_utils/weights/model_weights.py progress_line / summary_lines). Used by roles/model_weights/tasks. Documentation:
 weights_progress.yml, weights_summary.yml next to this file."""
 
 from __future__ import annotations
 
-from ansible_collections.b300.rollout.plugins.module_utils.model_weights import progress_line, summary_lines
+from ansible_collections.b300.rollout.plugins.module_utils.weights.model_weights import progress_line, summary_lines
 
 
 def weights_progress(progress, host):

@@ -1,5 +1,5 @@
 # -*- coding: utf-8 -*-
-"""Filters of roles/sglang's preflight decisions (module_utils/sglang_checks.py does the work; tested there).
+"""Filters of roles/sglang's preflight decisions (module_utils/sglang/sglang_checks.py does the work; tested there).
 
 - sglang_reach_paths, sglang_listen_specs, sglang_reach_blocked: the TCP paths between the hosts (13_preflight_reach...)
 - sglang_boot_problems: GPU boot services and persistence mode (18_preflight_boot.yml)
@@ -11,7 +11,7 @@ Documentation: the .yml file of each filter next to this file.
 
 from __future__ import annotations
 
-from ansible_collections.b300.rollout.plugins.module_utils import sglang_checks as sc
+from ansible_collections.b300.rollout.plugins.module_utils.sglang import sglang_checks as sc
 
 
 def sglang_reach_paths(plan, play_hosts):

@@ -1,5 +1,5 @@
 # -*- coding: utf-8 -*-
-"""Filters sglang_plan_views and sglang_plan_text: the plan as the units carry it (module_utils/sglang_plan.py).
+"""Filters sglang_plan_views and sglang_plan_text: the plan as the units carry it (module_utils/sglang/sglang_plan.py).
 
 Used by roles/sglang/tasks/12_preflight_plan.yml ("Validate | show the plan", printed by every preflight) and
 playbooks/plan.yml (`make plan`). Documentation: sglang_plan_views.yml, sglang_plan_text.yml next to this file.
@@ -8,7 +8,7 @@ playbooks/plan.yml (`make plan`). Documentation: sglang_plan_views.yml, sglang_p
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.b300.rollout.plugins.module_utils.sglang_plan import front_view, instance_view, plan_text, router_view
+from ansible_collections.b300.rollout.plugins.module_utils.sglang.sglang_plan import front_view, instance_view, plan_text, router_view
 
 
 def sglang_plan_views(rendered, unit_dir="/etc/systemd/system"):

@@ -1,5 +1,5 @@
 # -*- coding: utf-8 -*-
-"""Filters of roles/sglang's rollout decisions (module_utils/sglang_rollout.py does the work; tested there).
+"""Filters of roles/sglang's rollout decisions (module_utils/sglang/sglang_rollout.py does the work; tested there).
 
 - sglang_restart_ids: instances to (re)start from the role's template results, the venv change and what is pending
 - sglang_split_restarts: restart now, or leave to the rolling pass behind the router
@@ -17,7 +17,7 @@ from __future__ import annotations
 import base64
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.b300.rollout.plugins.module_utils import sglang_rollout as ro
+from ansible_collections.b300.rollout.plugins.module_utils.sglang import sglang_rollout as ro
 
 
 def _changed_by_position(instances, results):

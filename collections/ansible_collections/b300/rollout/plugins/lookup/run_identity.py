@@ -37,7 +37,7 @@ import os
 import socket
 
 from ansible.plugins.lookup import LookupBase
-from ansible_collections.b300.rollout.plugins.module_utils.host_lock import proc_start
+from ansible_collections.b300.rollout.plugins.module_utils.common.host_lock import proc_start
 
 
 def _cmdline(pid):

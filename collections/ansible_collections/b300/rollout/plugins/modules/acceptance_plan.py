@@ -12,7 +12,7 @@ description:
     prefix-cache hit rate under the router's policy, scaled by O(scale), and the C(python -m sglang.bench_serving)
     command line (native C(sglang) backend, local tokenizer, hub off, C(--cache-report), C(--warmup-requests 0), no
     C(--flush-cache) because the client flushes every worker itself, with retries).
-  - Pure computation; logic in module_utils/acceptance.py. Supports check mode.
+  - Pure computation; logic in module_utils/verdicts/acceptance.py. Supports check mode.
 version_added: "1.0.0"
 extends_documentation_fragment: [ansible.builtin.action_common_attributes, b300.rollout.common]
 options:
@@ -93,7 +93,7 @@ run_plan:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.b300.rollout.plugins.module_utils import acceptance
+from ansible_collections.b300.rollout.plugins.module_utils.verdicts import acceptance
 
 
 def main():

@@ -11,7 +11,7 @@ description:
   - Reads the run directory (result.json and samples.jsonl of roles/acceptance/files/acceptance_client.py, the
     client's bench.jsonl), the NIC counters read before and after, and the previous accepted report of this pair;
     writes report.json, report.md, acceptance.prom and PNG plots (matplotlib when importable) into O(run_dir) and
-    points O(latest) at it. Verdicts and rules in module_utils/acceptance.py.
+    points O(latest) at it. Verdicts and rules in module_utils/verdicts/acceptance.py.
 version_added: "1.0.0"
 extends_documentation_fragment: [ansible.builtin.action_common_attributes, b300.rollout.common]
 attributes:
@@ -89,7 +89,7 @@ import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.b300.rollout.plugins.module_utils import acceptance
+from ansible_collections.b300.rollout.plugins.module_utils.verdicts import acceptance
 
 
 def _plots(report, bench, run_dir):

@@ -1,6 +1,6 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
-"""Ansible module: judge a gpu_topology fact against expectations (logic: module_utils/gpu_topology.health_problems)."""
+"""Ansible module: judge a gpu_topology fact against expectations (logic: module_utils/hw/gpu_topology.health_problems)."""
 from __future__ import annotations
 
 DOCUMENTATION = r"""
@@ -139,7 +139,7 @@ counts:
 import socket
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.b300.rollout.plugins.module_utils.gpu_topology import health_notes, health_problems
+from ansible_collections.b300.rollout.plugins.module_utils.hw.gpu_topology import health_notes, health_problems
 
 POLICY = dict(type="str", choices=["fail", "warn", "ignore"], default="fail")
 

@@ -1,6 +1,6 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
-"""Ansible module: gpu_topology facts from nvidia-smi (parsing lives in module_utils/gpu_topology.py)."""
+"""Ansible module: gpu_topology facts from nvidia-smi (parsing lives in module_utils/hw/gpu_topology.py)."""
 from __future__ import annotations
 
 DOCUMENTATION = r"""
@@ -86,7 +86,7 @@ raw:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.b300.rollout.plugins.module_utils.tools import gather_gpu_topology, hw_argument_spec, ToolError
+from ansible_collections.b300.rollout.plugins.module_utils.hw.tools import gather_gpu_topology, hw_argument_spec, ToolError
 
 
 def main():

@@ -180,7 +180,7 @@ skipped_lines:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.b300.rollout.plugins.module_utils.health_history import HOT_TEMP_C, parse_duration, read_window
+from ansible_collections.b300.rollout.plugins.module_utils.health.health_history import HOT_TEMP_C, parse_duration, read_window
 
 
 def main():

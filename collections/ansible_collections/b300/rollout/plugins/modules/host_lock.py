@@ -11,7 +11,7 @@ short_description: One run at a time changes a host - a kernel-released lock tha
 version_added: "1.4.0"
 description:
   - Takes, renews, takes over, releases or reads the host run lock that every stage changing a host holds for its
-    life (roles/host_lock wraps it; the mechanism is described in C(module_utils/host_lock.py)).
+    life (roles/host_lock wraps it; the mechanism is described in C(module_utils/common/host_lock.py)).
   - The lock is C(flock) on O(path), kept open by a small holder process (C(comm) C(b300-host-lock)) that the module
     starts; the kernel frees the lock when that process dies. The record beside it (O(path)C(.json)) names the run,
     the operator, the controller, the playbook and stage, since when and the lease.
@@ -123,7 +123,7 @@ held_by_other:
 import socket
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.b300.rollout.plugins.module_utils import host_lock as hl
+from ansible_collections.b300.rollout.plugins.module_utils.common import host_lock as hl
 
 
 def main():

@@ -1,6 +1,6 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
-"""Ansible module: the host stack's state, plan and proof (logic in module_utils/host_stack.py)."""
+"""Ansible module: the host stack's state, plan and proof (logic in module_utils/hoststack/host_stack.py)."""
 from __future__ import annotations
 
 DOCUMENTATION = r"""
@@ -67,8 +67,8 @@ ansible_facts:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.b300.rollout.plugins.module_utils.host_stack_io import gather, report
-from ansible_collections.b300.rollout.plugins.module_utils.tools import find_tool, hw_argument_spec
+from ansible_collections.b300.rollout.plugins.module_utils.hoststack.host_stack_io import gather, report
+from ansible_collections.b300.rollout.plugins.module_utils.hw.tools import find_tool, hw_argument_spec
 
 
 def main():

@@ -13,11 +13,11 @@ description:
   - "O(step=models): from the sglang plan (O(plan): its instances and router) every --model-path and
     --speculative-draft-model-path per host (and the router's tokenizer), each with its manifest read from
     O(manifest_dir)/<path below the model root>.json (SGLang's model_file_verifier format), checked against the
-    digest pinned in O(digests) when one is; the inputs checked by module_utils/input_rules.py. Every problem is
+    digest pinned in O(digests) when one is; the inputs checked by module_utils/common/input_rules.py. Every problem is
     named (host, model, file, found, expected, fix) before anything reaches a host."
   - "O(step=fanout): from each host's inspect result (O(states)), the chain that sends each byte out of the source
     once: hosts with a complete copy serve, the first host that needs a model pulls it from a seed or the source,
-    each next one from the one before it (module_utils/model_weights.py C(fanout)); for a path source on the
+    each next one from the one before it (module_utils/weights/model_weights.py C(fanout)); for a path source on the
     controller the controller's own address as the hosts reach it (C(ip route get))."
 version_added: "1.2.0"
 extends_documentation_fragment: [ansible.builtin.action_common_attributes, b300.rollout.common]
@@ -141,9 +141,9 @@ import socket
 import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.b300.rollout.plugins.module_utils import input_rules as ir
-from ansible_collections.b300.rollout.plugins.module_utils import model_weights as mw
-from ansible_collections.b300.rollout.plugins.module_utils import model_weights_io as mio
+from ansible_collections.b300.rollout.plugins.module_utils.common import input_rules as ir
+from ansible_collections.b300.rollout.plugins.module_utils.weights import model_weights as mw
+from ansible_collections.b300.rollout.plugins.module_utils.weights import model_weights_io as mio
 
 
 def load_manifest(manifest_dir, rel):

@@ -132,7 +132,7 @@ import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.b300.rollout.plugins.module_utils.nccl_results import analyze_repeat, classify, select_threshold
+from ansible_collections.b300.rollout.plugins.module_utils.health.nccl_results import analyze_repeat, classify, select_threshold
 
 
 def _merged_table(table, override):

@@ -20,7 +20,7 @@ description:
     and VBIOS consistency and NVLink links down from C(gpu_topology) facts, and returns the report data. The
     Markdown/JSON report and the Prometheus textfiles are rendered from RV(report) by the playbook's templates
     (C(playbooks/templates/firmware_audit.md.j2), C(firmware_audit.prom.j2)), not by the module.
-  - Pure decision logic lives in C(module_utils/fw_matrix.py); gathering uses the same C(module_utils/tools.py)
+  - The engine is C(module_utils/firmware/fw_check_run.py), its decisions C(module_utils/hw/fw_matrix.py); gathering uses the same C(module_utils/hw/tools.py)
     runner and builders as M(b300.rollout.rdma_nic_facts) and M(b300.rollout.gpu_topology_facts). The module never
     touches the NICs, never flashes firmware, writes no file and always reports C(changed=false).
   - Tools looked up in O(bin_path) before C(PATH) - ofed_info, mlxfwmanager and nvidia-smi (gather mode).
@@ -202,40 +202,8 @@ gather_errors:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.b300.rollout.plugins.module_utils.fw_matrix import (MatrixError, audit_fleet, check_host, device_message,
-                                                                             host_messages, load_matrix_doc, merge_rows,
-                                                                             normalise_policy)
-from ansible_collections.b300.rollout.plugins.module_utils.tools import gather_gpu_topology, gather_rdma_nics, hw_argument_spec, ToolError
-
-try:
-    import yaml
-    HAS_YAML = True
-except ImportError:  # pragma: no cover - hosts without PyYAML can still pass matrix rows inline
-    HAS_YAML = False
-
-
-def gather(module):
-    """Gather mode: the facts named in O(gather), each read by the facts modules' own code; a source that cannot be
-    read is null with the reason in gather_errors."""
-    p = module.params
-    readers = {
-        "rdma_nics": lambda: gather_rdma_nics(module, p["bin_path"], p["sysfs_root"], ofed_info=p["ofed_info"],
-                                              fabric_manager_devices=p["fabric_manager_devices"])[0],
-        "gpu_topology": lambda: dict(gather_gpu_topology(module, p["bin_path"], p["sysfs_root"], read_topo=p["read_topo"])[0],
-                                     topology_read=bool(p["read_topo"])),
-    }
-    facts, errors = {}, {}
-    for source in ("rdma_nics", "gpu_topology"):
-        if source not in p["gather"]:
-            continue
-        try:
-            facts[source] = readers[source]()
-        except (ToolError, OSError, IOError) as e:
-            facts[source] = None
-            errors[source] = str(e)
-    if p["as_facts"]:
-        module.exit_json(changed=False, ansible_facts=facts, gather_errors=errors)
-    module.exit_json(changed=False, gathered=facts, gather_errors=errors)
+from ansible_collections.b300.rollout.plugins.module_utils.firmware import fw_check_run as engine
+from ansible_collections.b300.rollout.plugins.module_utils.hw.tools import hw_argument_spec
 
 
 def main():
@@ -259,43 +227,17 @@ def main():
         mutually_exclusive=[("rdma_nics", "hosts"), ("matrix", "matrix_file"), ("gather", "rdma_nics"), ("gather", "hosts")],
         supports_check_mode=True,
     )
-    p = module.params
-    if p["gather"]:
-        gather(module)
-    if p["rdma_nics"] is None and p["hosts"] is None:
-        module.fail_json(msg="nic_firmware_check: one of rdma_nics, hosts or gather is required")
-    if not p["matrix"] and not p["matrix_file"]:
-        module.fail_json(msg="nic_firmware_check: matrix (nic_firmware_gate_matrix_rows) or matrix_file is required")
     try:
-        if p["matrix_file"]:
-            if not HAS_YAML:
-                module.fail_json(msg="nic_firmware_check: matrix_file needs PyYAML where the module runs; pass matrix instead")
-            with open(p["matrix_file"]) as f:
-                base = load_matrix_doc(yaml.safe_load(f))
-        else:
-            base = p["matrix"]
-        rows = merge_rows(base, p["extra_rows"])
-        policy = normalise_policy(p["policy"])
-    except (MatrixError, ValueError, IOError, OSError) as e:
-        module.fail_json(msg="nic_firmware_check: firmware matrix/policy rejected: %s" % e)
-
-    if p["rdma_nics"] is not None:
-        res = check_host(p["rdma_nics"], rows, policy)
-        msgs = host_messages(p["host"], res)
-        out = dict(changed=False, status=res["status"], verdicts=res["verdicts"], counts=res["counts"],
-                   messages=msgs, rows_used=len(rows))
-        for v in res["verdicts"]:
-            if v["severity"] == "warn":
-                module.warn("NIC firmware gate (policy warn): " + device_message(p["host"], v))
-        if p["enforce"] and res["status"] == "fail":
-            out["verdicts"] = [v for v in res["verdicts"] if v["severity"] != "ok"]
-            module.fail_json(msg="NIC firmware gate FAILED on %s (the gate never flashes; the fix: tools/fw-update):\n%s"
-                             % (p["host"], "\n".join(msgs)), **out)
-        module.exit_json(**out)
-
-    report = audit_fleet(p["hosts"], rows, policy)
-    msgs = [m for e in report["hosts"].values() for m in e.get("messages", [])]
-    module.exit_json(changed=False, report=report, exit_code=report["summary"]["exit_code"], messages=msgs)
+        if module.params["gather"]:
+            module.exit_json(**engine.gather(module, module.params))
+        result, warnings = engine.judge(module.params)
+    except engine.Refused as exc:
+        for w in exc.result.pop("warnings", []):
+            module.warn(w)
+        module.fail_json(msg=exc.msg, **exc.result)
+    for w in warnings:
+        module.warn(w)
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
-"""Ansible module: rdma_nics facts from sysfs, ofed_info and mlxfwmanager (logic in module_utils/rdma_nic.py)."""
+"""Ansible module: rdma_nics facts from sysfs, ofed_info and mlxfwmanager (logic in module_utils/hw/rdma_nic.py)."""
 from __future__ import annotations
 
 DOCUMENTATION = r"""
@@ -75,7 +75,7 @@ ansible_facts:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.b300.rollout.plugins.module_utils.tools import gather_rdma_nics, hw_argument_spec, ToolError
+from ansible_collections.b300.rollout.plugins.module_utils.hw.tools import gather_rdma_nics, hw_argument_spec, ToolError
 
 
 def main():

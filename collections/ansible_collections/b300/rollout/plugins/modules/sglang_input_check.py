@@ -1,6 +1,6 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
-"""Ansible module: check the sglang role's inputs against the value rules (thin wrapper around module_utils/input_rules.py)."""
+"""Ansible module: check the sglang role's inputs against the value rules (thin wrapper around module_utils/common/input_rules.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ short_description: Check every sglang role input that reaches a host against wha
 description:
   - "Pure computation, meant to run on the controller (C(delegate_to: localhost)) once per host, before anything
     on a host changes."
-  - "Rules (module_utils/input_rules.py), never lists of bad strings: the API key as a Bearer token (RFC 6750/7235
+  - "Rules (module_utils/common/input_rules.py), never lists of bad strings: the API key as a Bearer token (RFC 6750/7235
     token68, a length range, no whitespace or control characters), paths written into unit files unquoted or passed
     as one quoted argument, names (units, users, groups, environment variables, packages), addresses, ports, whole
     numbers and booleans given as strings, empty required values, the flag values and env values of the profile,
@@ -76,7 +76,7 @@ checked:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.b300.rollout.plugins.module_utils.input_rules import (
+from ansible_collections.b300.rollout.plugins.module_utils.common.input_rules import (
     ROLE_RULES, check_host_inputs, check_profile_data, check_role_inputs, check_secret)
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
-"""Ansible module: plan SGLang instances and the router (thin wrapper around module_utils/sglang_plan.py)."""
+"""Ansible module: plan SGLang instances and the router (thin wrapper around module_utils/sglang/sglang_plan.py)."""
 
 from __future__ import annotations
 
@@ -110,7 +110,7 @@ import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.b300.rollout.plugins.module_utils.sglang_plan import build_plan, exec_start_line, merge_overrides
+from ansible_collections.b300.rollout.plugins.module_utils.sglang.sglang_plan import build_plan, exec_start_line, merge_overrides
 
 
 def _load_catalogs(directory, prefix, key=None):

@@ -19,7 +19,7 @@ description:
     lists them; with O(others) it first checks that those are listed healthy and fails without removing anything
     if not. O(state=present) adds the workers of O(workers) the router does not list and waits until all are
     listed healthy.
-  - The decisions and messages are plain functions in C(module_utils/sglang_rollout.py) (C(workers_view),
+  - The decisions and messages are plain functions in C(module_utils/sglang/sglang_rollout.py) (C(workers_view),
     C(membership_check), C(worker_body), C(missing_workers), C(unhealthy_workers)).
   - sglang-router 0.3.2 semantics (C(../shared/reference/sglang-router-contract.md) §5, copied in the project's
     tests); DELETE answers 202 and the worker is gone within about 0.5 s; POST answers 202/200 and the worker is
@@ -133,7 +133,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.six.moves.urllib.error import HTTPError, URLError
 from ansible.module_utils.urls import open_url
-from ansible_collections.b300.rollout.plugins.module_utils import sglang_rollout as ro
+from ansible_collections.b300.rollout.plugins.module_utils.sglang import sglang_rollout as ro
 
 
 class Router:

@@ -15,7 +15,7 @@ description:
     with O(content), its content (base64).
   - With O(instances), returns the instances whose unit or env file is newer than the process that runs now
     (RV(pending_restart)), as when an earlier run stopped between writing the files and restarting.
-  - The decisions are plain functions in C(module_utils/sglang_rollout.py) (C(parse_systemctl_show),
+  - The decisions are plain functions in C(module_utils/sglang/sglang_rollout.py) (C(parse_systemctl_show),
     C(pending_restart), C(snapshot_units)). The module never changes anything.
   - Env files can hold the API key; a task with O(content) must set C(no_log).
 version_added: "1.2.0"
@@ -99,8 +99,8 @@ import base64
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.b300.rollout.plugins.module_utils import sglang_rollout as ro
-from ansible_collections.b300.rollout.plugins.module_utils.tools import find_tool
+from ansible_collections.b300.rollout.plugins.module_utils.sglang import sglang_rollout as ro
+from ansible_collections.b300.rollout.plugins.module_utils.hw.tools import find_tool
 
 PROPS = "Id,ActiveState,SubState,InvocationID,ExecMainStartTimestamp,LoadState"
 

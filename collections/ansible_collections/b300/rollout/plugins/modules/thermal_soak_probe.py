@@ -165,9 +165,9 @@ import os
 import sys
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.b300.rollout.plugins.module_utils.thermal import (
+from ansible_collections.b300.rollout.plugins.module_utils.health.thermal import (
     build_plan, choose_loader, dmon_argv, invalid_field, legacy_fields, parse_dmon, parse_samples)
-from ansible_collections.b300.rollout.plugins.module_utils.tools import find_tool
+from ansible_collections.b300.rollout.plugins.module_utils.hw.tools import find_tool
 
 TORCH_CHECK = "import torch; raise SystemExit(0 if torch.cuda.is_available() else 1)"
 

@@ -11,7 +11,7 @@ description:
   - Reads C(samples.csv) (query CSV or C(nvidia-smi dmon) text, recognised by its C(# gpu ...) header) and
     C(status.json) written by C(thermal_soak_runner.py) in O(out_dir), checks that no
     process of the soak is still alive (kills and lists any, unless in check mode), and judges each GPU with
-    C(module_utils/thermal.py).
+    C(module_utils/health/thermal.py).
   - A host is C(error) when the loader was missing or failed, nothing was sampled, or a GPU never reached load;
     C(hot) when a GPU exceeded O(ceiling_c); C(throttled) when counted clock-event reasons were active in more than
     O(throttle_max_fraction) of loaded samples or the SM clock fell more than O(clock_drop_max_pct) under load.
@@ -106,7 +106,7 @@ import os
 import signal
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.b300.rollout.plugins.module_utils.thermal import analyse_host, load_problems, parse_any, parse_load_log
+from ansible_collections.b300.rollout.plugins.module_utils.health.thermal import analyse_host, load_problems, parse_any, parse_load_log
 
 
 def _read(path):

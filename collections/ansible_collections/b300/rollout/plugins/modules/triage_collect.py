@@ -1,6 +1,6 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
-"""Ansible module: read everything the on-call triage judges on one host (logic in module_utils/triage_collect.py)."""
+"""Ansible module: read everything the on-call triage judges on one host (logic in module_utils/triage/triage_collect.py)."""
 from __future__ import annotations
 
 DOCUMENTATION = r"""
@@ -22,7 +22,7 @@ description:
   - Counters (IB, RDMA, PHY), AER and the GPU clock-event counters are read twice, at least O(delta_window_s) apart, so the report can
     judge their growth during the triage.
   - The verdicts are made on the controller by M(b300.rollout.triage_report); rules and their sources are in
-    C(module_utils/triage_verdict.py).
+    C(module_utils/triage/triage_verdict.py).
   - Tools looked up in O(bin_path) before C(PATH) - journalctl, dmesg, devlink, lspci, setpci, lsmod, ethtool,
     nvidia-smi, mlxfwmanager, ofed_info.
 version_added: "1.1.0"
@@ -87,8 +87,8 @@ collection:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.b300.rollout.plugins.module_utils.tools import hw_argument_spec, ToolError
-from ansible_collections.b300.rollout.plugins.module_utils.triage_collect import collect
+from ansible_collections.b300.rollout.plugins.module_utils.hw.tools import hw_argument_spec, ToolError
+from ansible_collections.b300.rollout.plugins.module_utils.triage.triage_collect import collect
 
 
 def main():

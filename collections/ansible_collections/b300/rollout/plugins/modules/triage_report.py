@@ -1,6 +1,6 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
-"""Ansible module: judge the triage collections of every host (logic in module_utils/triage_verdict.py)."""
+"""Ansible module: judge the triage collections of every host (logic in module_utils/triage/triage_verdict.py)."""
 from __future__ import annotations
 
 DOCUMENTATION = r"""
@@ -14,7 +14,7 @@ description:
     verdict per device - V(ok), V(suspect) or V(fault) - with findings (check, rule and its source, evidence, fix),
     the host verdict, the causes ranked from the evidence joined on each device, the Markdown report, one
     node_exporter textfile per host and the exit code (0 ok, 2 fault found, 3 a host could not be triaged; 3 wins).
-  - The firmware/driver verdict is the one the preflight gate computes (C(module_utils/fw_matrix.py)).
+  - The firmware/driver verdict is the one the preflight gate computes (C(module_utils/hw/fw_matrix.py)).
   - Writes nothing; the playbook writes the files.
 version_added: "1.1.0"
 extends_documentation_fragment: [ansible.builtin.action_common_attributes, b300.rollout.common]
@@ -59,7 +59,7 @@ options:
       - Mapping host -> list of files on the controller the on-call engineer pasted for that host (C(tools/triage
         --evidence HOST=FILE)) - a kernel log (a previous boot's dmesg), a job's NCCL or PyTorch log, perftest,
         C(ibqueryerrors), C(perfquery -x) or C(ethtool -S) output. Each is read with the triage's own parsers and
-        judged with the host's collection (C(module_utils/triage_evidence.py)); the report lists what each file held.
+        judged with the host's collection (C(module_utils/triage/triage_evidence.py)); the report lists what each file held.
       - A file that cannot be read, is larger than 8 MiB, or names a host this run does not triage fails the module
         before anything is judged.
     type: dict
@@ -107,9 +107,9 @@ exit_code:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.b300.rollout.plugins.module_utils import fw_matrix
-from ansible_collections.b300.rollout.plugins.module_utils.triage_evidence import MAX_BYTES
-from ansible_collections.b300.rollout.plugins.module_utils.triage_verdict import judge_fleet, render_markdown, \
+from ansible_collections.b300.rollout.plugins.module_utils.hw import fw_matrix
+from ansible_collections.b300.rollout.plugins.module_utils.triage.triage_evidence import MAX_BYTES
+from ansible_collections.b300.rollout.plugins.module_utils.triage.triage_verdict import judge_fleet, render_markdown, \
     render_textfile
 
 

@@ -13,8 +13,8 @@ description:
     present; run C(all_reduce_perf) O(repeats) times under O(timeout_s) with NVLink and shared memory off and
     C(NCCL_IB_HCA==NIC) so every byte crosses that NIC, with C(NCCL_DEBUG=INFO); read the counters again. The
     counter deltas of a run are charged to the NIC that carried it.
-  - Each NCCL repeat is classified with C(module_utils/nccl_results.py) (as the NCCL validation role does), and its
-    WARN lines are parsed (C(IBV_WC_*) status, the HCA named) by C(module_utils/triage_traffic.py).
+  - Each NCCL repeat is classified with C(module_utils/health/nccl_results.py) (as the NCCL validation role does), and its
+    WARN lines are parsed (C(IBV_WC_*) status, the HCA named) by C(module_utils/triage/triage_traffic.py).
   - This is the only part of the triage that loads the node; the playbook runs it only with C(--traffic) and never
     on a node with active serving units unless forced. It writes no file on the host (the perftest server, run in a
     thread, and its client exchange data over loopback).
@@ -91,10 +91,10 @@ import threading
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.b300.rollout.plugins.module_utils import nccl_results
-from ansible_collections.b300.rollout.plugins.module_utils.tools import find_tool, hw_argument_spec
-from ansible_collections.b300.rollout.plugins.module_utils.triage_counters import read_ports
-from ansible_collections.b300.rollout.plugins.module_utils.triage_traffic import parse_nccl_warns, parse_perftest, \
+from ansible_collections.b300.rollout.plugins.module_utils.health import nccl_results
+from ansible_collections.b300.rollout.plugins.module_utils.hw.tools import find_tool, hw_argument_spec
+from ansible_collections.b300.rollout.plugins.module_utils.triage.triage_counters import read_ports
+from ansible_collections.b300.rollout.plugins.module_utils.triage.triage_traffic import parse_nccl_warns, parse_perftest, \
     perftest_gbps
 
 

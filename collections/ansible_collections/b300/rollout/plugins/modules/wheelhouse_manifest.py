@@ -19,7 +19,7 @@ description:
   - Subdirectories and hidden files are not part of the manifest (pip does not read them); they are listed in
     RV(ignored).
   - Writing the record is bookkeeping, not a change of the wheelhouse; the module never reports C(changed). The
-    logic lives in C(module_utils/wheelhouse.py).
+    logic lives in C(module_utils/sglang/wheelhouse.py).
 version_added: "1.0.0"
 extends_documentation_fragment: [ansible.builtin.action_common_attributes, b300.rollout.common]
 attributes:
@@ -123,7 +123,7 @@ current:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.b300.rollout.plugins.module_utils import wheelhouse as wh
+from ansible_collections.b300.rollout.plugins.module_utils.sglang import wheelhouse as wh
 
 
 def main():

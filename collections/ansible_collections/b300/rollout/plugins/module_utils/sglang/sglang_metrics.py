@@ -1,6 +1,6 @@
 r"""Reader of SGLang's Prometheus /metrics text: ONE implementation, stdlib only.
 
-Used by module_utils/acceptance.py (the report, on the controller) and by roles/acceptance/files/acceptance_client.py
+Used by module_utils/verdicts/acceptance.py (the report, on the controller) and by roles/acceptance/files/acceptance_client.py
 (on the client host: roles/acceptance copies THIS file next to the client, there is no second copy in the repository).
 It must therefore import nothing but the standard library.
 

@@ -2,7 +2,7 @@
 """The weights stage's decisions (issue 28): manifests, which model directories each host needs, what a directory
 lacks, what may be linked or resumed, the free space it needs, the fan-out order and the messages. Pure functions on
 plain data (the file system is read by the callers: plugins/modules/model_weights_stage.py on a host,
-model_weights_plan.py on the controller; the copying itself is module_utils/model_weights_io.py).
+model_weights_plan.py on the controller; the copying itself is module_utils/weights/model_weights_io.py).
 
 Manifest: SGLang's own format (sglang/srt/utils/model_file_verifier.py, identical in 0.5.17 and 0.5.18):
     {"files": {"<name relative to the model directory>": {"sha256": "<64 hex>", "size": <bytes>}}}

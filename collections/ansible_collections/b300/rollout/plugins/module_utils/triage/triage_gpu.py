@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 
-from ansible_collections.b300.rollout.plugins.module_utils.gpu_topology import _clock_reasons, _fabric, _text, \
+from ansible_collections.b300.rollout.plugins.module_utils.hw.gpu_topology import _clock_reasons, _fabric, _text, \
     normalize_pci_bus_id, to_int
 
 CLOCK_COUNTERS = ("sw_power_cap", "sync_boost", "sw_therm_slowdown", "hw_therm_slowdown", "hw_power_brake")

@@ -1,5 +1,5 @@
 # -*- coding: utf-8 -*-
-"""Gather the raw texts module_utils/host_stack.py judges (keys: host_stack.STATE_KEYS). Plain stdlib.
+"""Gather the raw texts module_utils/hoststack/host_stack.py judges (keys: host_stack.STATE_KEYS). Plain stdlib.
 
 The caller gives ``run(argv) -> stdout`` ('' when the tool is missing or fails) and ``find(name, extra_dirs) -> path``
 (the module: AnsibleModule.run_command and tools.find_tool; tools/device/host_stack_run.py: subprocess), so the same
@@ -11,8 +11,8 @@ import glob
 import os
 import platform
 
-from ansible_collections.b300.rollout.plugins.module_utils import host_stack as hs
-from ansible_collections.b300.rollout.plugins.module_utils.rdma_nic import vpd_is_sw_mng
+from ansible_collections.b300.rollout.plugins.module_utils.hoststack import host_stack as hs
+from ansible_collections.b300.rollout.plugins.module_utils.hw.rdma_nic import vpd_is_sw_mng
 
 
 def _read(path):

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import re
 
-from ansible_collections.b300.rollout.plugins.module_utils.affinity import pci_path
+from ansible_collections.b300.rollout.plugins.module_utils.hw.affinity import pci_path
 
 
 def _read(path):

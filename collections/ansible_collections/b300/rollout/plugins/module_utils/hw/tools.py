@@ -13,9 +13,9 @@ import os
 import socket
 import time
 
-from ansible_collections.b300.rollout.plugins.module_utils.gpu_topology import TopoParseError, build_gpu_topology
-from ansible_collections.b300.rollout.plugins.module_utils.rdma_nic import build_rdma_nics
-from ansible_collections.b300.rollout.plugins.module_utils.fw_matrix import parse_driver_version
+from ansible_collections.b300.rollout.plugins.module_utils.hw.gpu_topology import TopoParseError, build_gpu_topology
+from ansible_collections.b300.rollout.plugins.module_utils.hw.rdma_nic import build_rdma_nics
+from ansible_collections.b300.rollout.plugins.module_utils.hw.fw_matrix import parse_driver_version
 
 
 def hw_argument_spec():

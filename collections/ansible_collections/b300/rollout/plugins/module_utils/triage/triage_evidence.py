@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.b300.rollout.plugins.module_utils import triage_counters as tc
-from ansible_collections.b300.rollout.plugins.module_utils import triage_kmsg as tk
-from ansible_collections.b300.rollout.plugins.module_utils import triage_traffic as tt
+from ansible_collections.b300.rollout.plugins.module_utils.triage import triage_counters as tc
+from ansible_collections.b300.rollout.plugins.module_utils.triage import triage_kmsg as tk
+from ansible_collections.b300.rollout.plugins.module_utils.triage import triage_traffic as tt
 
 MAX_BYTES = 8 << 20      # ours: a pasted log larger than 8 MiB is refused (cut it to the window of the hang)
 _ETHTOOL_CMD_RE = re.compile(r"ethtool\s+(?:-S|--statistics)\s+([A-Za-z0-9_.:@-]+)")

@@ -19,6 +19,8 @@ import hashlib
 import json
 import re
 
+from ansible_collections.b300.rollout.plugins.module_utils.common.md_table import table
+
 NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w])")
 DEFAULT_THRESHOLDS = {"default": {"max_rouge_drop_points": 3.0, "max_accuracy_drop_points": 3.0}, "types": {},
                       "mean": {"max_rouge_drop_points": 2.0, "max_accuracy_drop_points": 2.0}}
@@ -127,14 +129,12 @@ def report_markdown(r):
                  r["settings"].get("seed")), ""]
     if r.get("note"):
         lines += ["> " + r["note"], ""]
-    lines += ["| identity | baseline | candidate |", "|---|---|---|"]
-    for k in sorted(set(r["baseline"]["identity"]) | set(r["identity"])):
-        lines.append("| %s | %s | %s |" % (k, r["baseline"]["identity"].get(k), r["identity"].get(k)))
-    lines += ["", "| task type | ROUGE-L vs baseline | drop (points) | accuracy baseline | accuracy candidate | "
-              "drop (points) | verdict |", "|---|---|---|---|---|---|---|"]
-    for row in r["verdict"]["rows"]:
-        lines.append("| %s | %s | %s | %s | %s | %s | %s |" % (
-            row["task_type"], f(row["rouge_l"]), f(row["rouge_drop_points"], "%.1f"),
-            f(row["accuracy_baseline"]), f(row["accuracy_candidate"]), f(row["accuracy_drop_points"], "%.1f"),
-            "FAIL: " + row["why"] if row["failed"] else "ok"))
+    lines += table(("identity", "baseline", "candidate"), [
+        (k, r["baseline"]["identity"].get(k), r["identity"].get(k))
+        for k in sorted(set(r["baseline"]["identity"]) | set(r["identity"]))])
+    lines += [""] + table(("task type", "ROUGE-L vs baseline", "drop (points)", "accuracy baseline",
+                           "accuracy candidate", "drop (points)", "verdict"), [
+        (row["task_type"], f(row["rouge_l"]), f(row["rouge_drop_points"], "%.1f"), f(row["accuracy_baseline"]),
+         f(row["accuracy_candidate"]), f(row["accuracy_drop_points"], "%.1f"),
+         "FAIL: " + row["why"] if row["failed"] else "ok") for row in r["verdict"]["rows"]])
     return "\n".join(lines) + "\n"

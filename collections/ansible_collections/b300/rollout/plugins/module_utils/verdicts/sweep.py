@@ -14,6 +14,8 @@ The recommendation is the step below the knee. No knee up to the limit: the last
 """
 import math
 
+from ansible_collections.b300.rollout.plugins.module_utils.common.md_table import table
+
 DEFAULT_RULE = {"min_gain": 1.3, "max_ttft_growth": 2.0, "max_error_pct": 1.0}
 
 
@@ -170,14 +172,15 @@ def report_markdown(r):
              ""]
     if r.get("note"):
         lines += ["> " + r["note"], ""]
-    lines += ["| concurrency | sent | failed | output tok/s | req/s | P50 TTFT ms | P99 TTFT ms | P50 TPOT ms | "
-              "P99 TPOT ms |", "|---|---|---|---|---|---|---|---|---|"]
+    rows = []
     for s in r["steps"]:
         mark = " (knee)" if s["concurrency"] == k.get("knee_concurrency") else (
             " (recommended)" if s["concurrency"] == k.get("recommended_concurrency") else "")
-        lines.append("| %d%s | %d | %d | %s | %s | %s | %s | %s | %s |" % (
-            s["concurrency"], mark, s["sent"], s["failed"], f(s["output_throughput"]), f(s["request_throughput"], "%.2f"),
-            f(s["p50_ttft_ms"]), f(s["p99_ttft_ms"]), f(s["p50_tpot_ms"]), f(s["p99_tpot_ms"])))
+        rows.append(("%d%s" % (s["concurrency"], mark), "%d" % s["sent"], "%d" % s["failed"],
+                     f(s["output_throughput"]), f(s["request_throughput"], "%.2f"), f(s["p50_ttft_ms"]),
+                     f(s["p99_ttft_ms"]), f(s["p50_tpot_ms"]), f(s["p99_tpot_ms"])))
+    lines += table(("concurrency", "sent", "failed", "output tok/s", "req/s", "P50 TTFT ms", "P99 TTFT ms",
+                    "P50 TPOT ms", "P99 TPOT ms"), rows)
     rule = k["rule"]
     lines += ["", "Knee rule: the first step whose output throughput grew less than x%.2f over the previous (doubled) "
               "step, or whose P99 TTFT grew x%.2f or more, or with more than %.2f%% failed requests; recommended: "

@@ -19,13 +19,13 @@ import re
 import socket
 import time
 
-from ansible_collections.b300.rollout.plugins.module_utils import triage_counters as tc
-from ansible_collections.b300.rollout.plugins.module_utils import triage_kmsg as tk
-from ansible_collections.b300.rollout.plugins.module_utils import triage_pcie as tp
-from ansible_collections.b300.rollout.plugins.module_utils.affinity import nic_distance, pci_path
-from ansible_collections.b300.rollout.plugins.module_utils.tools import ToolError, find_tool, gather_gpu_topology, \
+from ansible_collections.b300.rollout.plugins.module_utils.triage import triage_counters as tc
+from ansible_collections.b300.rollout.plugins.module_utils.triage import triage_kmsg as tk
+from ansible_collections.b300.rollout.plugins.module_utils.triage import triage_pcie as tp
+from ansible_collections.b300.rollout.plugins.module_utils.hw.affinity import nic_distance, pci_path
+from ansible_collections.b300.rollout.plugins.module_utils.hw.tools import ToolError, find_tool, gather_gpu_topology, \
     gather_rdma_nics
-from ansible_collections.b300.rollout.plugins.module_utils.triage_gpu import parse_gpu_extras
+from ansible_collections.b300.rollout.plugins.module_utils.triage.triage_gpu import parse_gpu_extras
 
 KERNEL_LINES_KEPT = 400
 
@@ -219,21 +219,7 @@ def collect(module, bin_path=None, sysfs_root="/sys", proc_root="/proc", since="
             host, errors.get("rdma_nics"), errors.get("gpu_topology")))
     data = [d for d in (rdma or {}).get("devices") or [] if d.get("role", "data") == "data"]
     nic_gpu = {d["name"]: nearest_gpu(gpu, d, sysfs_root) for d in data}
-    # PCIe entries: every data NIC, every GPU, and the bridges between each NIC and its GPU
-    pcie = {}
-    gpu_pci = {g["index"]: (g.get("pci_bus_id") or "")[-12:].lower() for g in (gpu or {}).get("gpus") or []}
-    for gi, b in sorted(gpu_pci.items()):
-        if b:
-            pcie[b] = {"role": "gpu", "of": "GPU %d" % gi}
-    for d in data:
-        if d.get("pci_address"):
-            pcie[d["pci_address"]] = {"role": "nic", "of": d["name"]}
-        gi = nic_gpu.get(d["name"])
-        if gi is None or not d.get("pci_address") or not gpu_pci.get(gi):
-            continue
-        for b in tp.path_between(sysfs_root, gpu_pci[gi], d["pci_address"]):
-            if b not in pcie:
-                pcie[b] = {"role": "bridge", "of": None, "between": ["GPU %d" % gi, d["name"]]}
+    pcie, gpu_pci = _pcie_paths(gpu, data, nic_gpu, sysfs_root)
     snap0 = snapshot(sysfs_root, [d["name"] for d in data], sorted(pcie))
     phy0, phy_note = read_phy_counters(run, find, data)
     extras = extras_after = None
@@ -242,47 +228,12 @@ def collect(module, bin_path=None, sysfs_root="/sys", proc_root="/proc", since="
             extras = parse_gpu_extras(raw["smi_xml"])
         except ValueError as exc:
             errors["gpu_extras"] = str(exc)
-    for b, e in pcie.items():
-        e["link"] = tp.read_link(sysfs_root, b)
-        e["upstream"] = tp.upstream_of(sysfs_root, b)
-        e["aer"] = snap0["aer"].get(b)
-    for b, a in read_acs(run, find, sorted(b for b, e in pcie.items() if e["role"] == "bridge")).items():
-        pcie[b].update(a)
-    # upstream ports not on a path still give the "upstream max" of R6: read their link too
-    for e in list(pcie.values()):
-        up = e.get("upstream")
-        if up and up not in pcie:
-            pcie[up] = {"role": "upstream", "of": None, "link": tp.read_link(sysfs_root, up), "aer": None,
-                        "upstream": None}
-    kernel = {"source": None, "error": None, "lines": [], "scan": {"devices": {}}, "since": since}
+    _read_pcie(pcie, snap0, sysfs_root, run, find)
     below = pcie_below(sysfs_root, [(d["name"], d["pci_address"]) for d in data if d.get("pci_address")] +
                        [("GPU %d" % gi, b) for gi, b in sorted(gpu_pci.items()) if b])
-    if read_kernel:
-        src, text, err = read_kernel_log(run, find, since_s, now=t0)
-        maps = tk.device_maps(rdma, gpu, nic_gpu, below)
-        sc = tk.scan(text, maps)
-        kernel.update(source=src, error=err, scan={"devices": sc["devices"]},
-                      lines=[e["raw"] for e in sc["events"]][-KERNEL_LINES_KEPT:])
+    kernel = _kernel_log(run, find, since, since_s, t0, read_kernel, rdma, gpu, nic_gpu, below)
     devlink = read_devlink(run, find, [d["pci_address"] for d in data if d.get("pci_address")])
-    cmdline = None
-    try:
-        with open(os.path.join(proc_root or "/proc", "cmdline")) as fh:
-            cmdline = fh.read().strip()
-    except OSError:
-        pass
-    iommu = tp.iommu_mode(cmdline, sysfs_root, [b for b, e in pcie.items() if e["role"] in ("gpu", "nic")])
-    lsmod_text = None
-    lsmod = find("lsmod")
-    if lsmod:
-        rc, out, _err = run([lsmod])
-        lsmod_text = out if rc == 0 else None
-    if lsmod_text is None:
-        try:
-            with open(os.path.join(proc_root or "/proc", "modules")) as fh:
-                lsmod_text = fh.read()
-        except OSError:
-            pass
-    gdr = tp.gdr_state(sysfs_root, lsmod_text, os.uname()[2])
+    iommu, gdr = _iommu_gdr(run, find, proc_root, sysfs_root, pcie)
     units = serving_units(run, find, serving_unit_pattern)
     # second snapshot: deltas over the triage
     wait = delta_window_s - (time.time() - snap0["epoch"])
@@ -308,3 +259,77 @@ def collect(module, bin_path=None, sysfs_root="/sys", proc_root="/proc", since="
         "kernel_log": kernel, "devlink": devlink, "iommu": iommu, "gdr": gdr, "serving_units": units,
         "errors": errors, "duration_s": round(time.time() - t0, 2),
     }
+
+
+def _pcie_paths(gpu, data, nic_gpu, sysfs_root):
+    """The PCIe entries (BDF -> role, of): every data NIC, every GPU, and the bridges between each NIC and its GPU;
+    and the GPUs' BDFs by index."""
+    pcie = {}
+    gpu_pci = {g["index"]: (g.get("pci_bus_id") or "")[-12:].lower() for g in (gpu or {}).get("gpus") or []}
+    for gi, b in sorted(gpu_pci.items()):
+        if b:
+            pcie[b] = {"role": "gpu", "of": "GPU %d" % gi}
+    for d in data:
+        if d.get("pci_address"):
+            pcie[d["pci_address"]] = {"role": "nic", "of": d["name"]}
+        gi = nic_gpu.get(d["name"])
+        if gi is None or not d.get("pci_address") or not gpu_pci.get(gi):
+            continue
+        for b in tp.path_between(sysfs_root, gpu_pci[gi], d["pci_address"]):
+            if b not in pcie:
+                pcie[b] = {"role": "bridge", "of": None, "between": ["GPU %d" % gi, d["name"]]}
+    return pcie, gpu_pci
+
+
+def _read_pcie(pcie, snap0, sysfs_root, run, find):
+    """Each entry's link, upstream port, AER counters (the first snapshot) and, for bridges, ACS; the upstream ports
+    not on a path are added with their link (they give R6's "upstream max")."""
+    for b, e in pcie.items():
+        e["link"] = tp.read_link(sysfs_root, b)
+        e["upstream"] = tp.upstream_of(sysfs_root, b)
+        e["aer"] = snap0["aer"].get(b)
+    for b, a in read_acs(run, find, sorted(b for b, e in pcie.items() if e["role"] == "bridge")).items():
+        pcie[b].update(a)
+    # upstream ports not on a path still give the "upstream max" of R6: read their link too
+    for e in list(pcie.values()):
+        up = e.get("upstream")
+        if up and up not in pcie:
+            pcie[up] = {"role": "upstream", "of": None, "link": tp.read_link(sysfs_root, up), "aer": None,
+                        "upstream": None}
+
+
+def _kernel_log(run, find, since, since_s, t0, read_kernel, rdma, gpu, nic_gpu, below):
+    """The kernel log since since_s, scanned per device (the last KERNEL_LINES_KEPT matching lines kept)."""
+    kernel = {"source": None, "error": None, "lines": [], "scan": {"devices": {}}, "since": since}
+    if read_kernel:
+        src, text, err = read_kernel_log(run, find, since_s, now=t0)
+        maps = tk.device_maps(rdma, gpu, nic_gpu, below)
+        sc = tk.scan(text, maps)
+        kernel.update(source=src, error=err, scan={"devices": sc["devices"]},
+                      lines=[e["raw"] for e in sc["events"]][-KERNEL_LINES_KEPT:])
+    return kernel
+
+
+def _iommu_gdr(run, find, proc_root, sysfs_root, pcie):
+    """The IOMMU mode (kernel command line, sysfs) and the GPUDirect RDMA state (loaded modules: lsmod, else
+    /proc/modules)."""
+    cmdline = None
+    try:
+        with open(os.path.join(proc_root or "/proc", "cmdline")) as fh:
+            cmdline = fh.read().strip()
+    except OSError:
+        pass
+    iommu = tp.iommu_mode(cmdline, sysfs_root, [b for b, e in pcie.items() if e["role"] in ("gpu", "nic")])
+    lsmod_text = None
+    lsmod = find("lsmod")
+    if lsmod:
+        rc, out, _err = run([lsmod])
+        lsmod_text = out if rc == 0 else None
+    if lsmod_text is None:
+        try:
+            with open(os.path.join(proc_root or "/proc", "modules")) as fh:
+                lsmod_text = fh.read()
+        except OSError:
+            pass
+    gdr = tp.gdr_state(sysfs_root, lsmod_text, os.uname()[2])
+    return iommu, gdr

@@ -24,8 +24,8 @@ import ipaddress
 import json
 import re
 
-from ansible_collections.b300.rollout.plugins.module_utils.affinity import nearest_nics
-from ansible_collections.b300.rollout.plugins.module_utils.argparse_abbrev import prefix_matches
+from ansible_collections.b300.rollout.plugins.module_utils.hw.affinity import nearest_nics
+from ansible_collections.b300.rollout.plugins.module_utils.sglang.argparse_abbrev import prefix_matches
 
 VERSION_RE = re.compile(r"^\d+\.\d+\.\d+$")
 PLACEHOLDER_RE = re.compile(r"\{([a-z_]+)\}")

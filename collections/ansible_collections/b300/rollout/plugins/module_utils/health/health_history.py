@@ -33,7 +33,7 @@ import re
 import time
 
 try:
-    from ansible_collections.b300.rollout.plugins.module_utils import thermal
+    from ansible_collections.b300.rollout.plugins.module_utils.health import thermal
 except ImportError:  # on the host, next to sampler.py (roles/health_history ships this file and thermal.py together)
     import thermal  # type: ignore[no-redef]
 
@@ -44,7 +44,7 @@ ROTATED_RE = re.compile(r"^history-(\d+)(?:-(\d+))?\.jsonl$")
 DMON_GROUPS = "pucv"
 
 # Hot judgement (per GPU, over the window read):
-# - temperature: above 90 C = the thermal soak's ceiling (module_utils/thermal.py DEFAULTS["ceiling_c"]), itself the
+# - temperature: above 90 C = the thermal soak's ceiling (module_utils/health/thermal.py DEFAULTS["ceiling_c"]), itself the
 #   B300 max operating temperature of the sandbox model (sandbox/hwemu/README.md: slowdown 92 C, shutdown 98 C); the
 #   seed's cliff (../shared/seeds/001 section 6.1: 96 C, throughput -40% after 15 min at full load) is above it and its
 #   healthy figure (82 C after the airflow fix) is below it;
@@ -55,7 +55,7 @@ HOT_TEMP_C = thermal.DEFAULTS["ceiling_c"]
 _DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw]?)", re.I)
 _UNIT_S = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
-# dmon sample keys (module_utils/thermal.py parse_dmon) -> short record keys.
+# dmon sample keys (module_utils/health/thermal.py parse_dmon) -> short record keys.
 GPU_KEYS = (("temp_c", "temp"), ("mem_temp_c", "mtemp"), ("power_w", "pwr"), ("sm_mhz", "sm"), ("mem_mhz", "mclk"),
             ("util_pct", "util"), ("pviol_pct", "pviol"), ("tviol", "tviol"))
 
@@ -577,6 +577,28 @@ def read_window(directory, since_s, now=None, hot_temp_c=HOT_TEMP_C, plot_points
     if not os.path.isdir(directory):
         res["reason"] = "no history directory %s (is the health_history role installed on this host?)" % directory
         return res
+    samples, files, deltas = _scan(directory, start, end, plot_start, res)
+    res["files_read"] = [os.path.basename(p) for p in files]
+    res["nics"] = {nic: dict(sorted(d.items())) for nic, d in sorted(deltas.items())}
+    win = [s for s in samples if s[0] >= start]
+    if not win:
+        res["reason"] = ("no sample between %s and %s in %s (%d files)"
+                         % (_iso(start), _iso(end), directory, len(history_files(directory))))
+        res["plot_data"] = _plot_data(samples, plot_start, start, end, {}, hot_temp_c, plot_points)
+        return res
+    res["available"] = True
+    res["window"].update(first_sample_epoch=win[0][0], last_sample_epoch=win[-1][0], samples=len(win))
+    durations = _sample_durations(samples, end)
+    gpus = _gpu_summaries(samples, durations, start, hot_temp_c)
+    res["gpus"] = {i: gpus[i] for i in sorted(gpus, key=lambda x: int(x) if x.isdigit() else 1 << 30)}
+    res["plot_data"] = _plot_data(samples, plot_start, start, end, dict(zip([s[0] for s in samples], durations)),
+                                  hot_temp_c, plot_points, hot={i: a["hot"] for i, a in gpus.items()})
+    return res
+
+
+def _scan(directory, start, end, plot_start, res):
+    """One pass over the history from plot_start to end: the GPU samples [(t, interval, {"<i>": record})], the files
+    read, the NIC counter deltas inside [start, end] (nic -> counter -> delta); events and skipped lines into res."""
     state = {}          # nic -> counter -> last value seen (before or in the window)
     deltas = {}         # nic -> counter -> delta inside the window
     samples = []        # (t, iv, {"<i>": gpu record}) inside [plot_start, end]
@@ -622,17 +644,11 @@ def read_window(directory, since_s, now=None, hot_temp_c=HOT_TEMP_C, plot_points
                     d.setdefault(c, 0)
         if "g" in rec and t >= plot_start:
             samples.append((t, float(rec.get("iv") or 0) or None, rec["g"]))
-    res["files_read"] = [os.path.basename(p) for p in files]
-    res["nics"] = {nic: dict(sorted(d.items())) for nic, d in sorted(deltas.items())}
-    win = [s for s in samples if s[0] >= start]
-    if not win:
-        res["reason"] = ("no sample between %s and %s in %s (%d files)"
-                         % (_iso(start), _iso(end), directory, len(history_files(directory))))
-        res["plot_data"] = _plot_data(samples, plot_start, start, end, {}, hot_temp_c, plot_points)
-        return res
-    res["available"] = True
-    res["window"].update(first_sample_epoch=win[0][0], last_sample_epoch=win[-1][0], samples=len(win))
-    # per-sample duration: min(interval, gap to next), cut at the window end
+    return samples, files, deltas
+
+
+def _sample_durations(samples, end):
+    """Per-sample duration: min(interval, gap to next), cut at the window end."""
     durations = []
     for k, (t, iv, _g) in enumerate(samples):
         nxt = samples[k + 1][0] if k + 1 < len(samples) else None
@@ -642,6 +658,12 @@ def read_window(directory, since_s, now=None, hot_temp_c=HOT_TEMP_C, plot_points
             dt = gap
         dt = max(0.0, min(dt, end - t))
         durations.append(dt)
+    return durations
+
+
+def _gpu_summaries(samples, durations, start, hot_temp_c):
+    """Per GPU over the window's samples: sample count, max temperatures and power, min SM clock, thermal and power
+    violation seconds, and whether (and since when) it ran hot, with the reasons."""
     gpus = {}
     for (t, _iv, g), dt in zip(samples, durations):
         if t < start:
@@ -673,10 +695,7 @@ def read_window(directory, since_s, now=None, hot_temp_c=HOT_TEMP_C, plot_points
         if a["thermal_violation_s"] > 0 or (a["first_hot_epoch"] is not None and not a["hot_reasons"]):
             a["hot_reasons"].append("thermal violation for %s s (dmon tviol)" % a["thermal_violation_s"])
         a["hot"] = bool(a["hot_reasons"])
-    res["gpus"] = {i: gpus[i] for i in sorted(gpus, key=lambda x: int(x) if x.isdigit() else 1 << 30)}
-    res["plot_data"] = _plot_data(samples, plot_start, start, end, dict(zip([s[0] for s in samples], durations)),
-                                  hot_temp_c, plot_points, hot={i: a["hot"] for i, a in gpus.items()})
-    return res
+    return gpus
 
 
 def _num(v):

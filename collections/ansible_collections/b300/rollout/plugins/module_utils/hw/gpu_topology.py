@@ -412,6 +412,10 @@ def parse_topo(text):
     drivers 525-570 (``PIXPHB``, ``0N/A``, ``48-95,144-1911N/A``) all read the same. The header's column count and
     the row structure (matrix cells, CPU affinity, NUMA affinity[, GPU NUMA ID]) decide how a glued token splits;
     a GPU row that cannot be made to fit raises :class:`TopoParseError` naming the row.
+
+    Long on purpose (issue 39 keeps at most three functions of 100 lines): one pass over the
+    header and the rows, the glued-token splitting beside the row structure it depends on; split, the column state
+    would be passed between the pieces.
     """
     out = {"nic_columns_present": False, "gpus": [], "nics": [], "gpu_gpu": {}, "gpu_nic": {},
            "cpu_affinity": {}, "numa_affinity": {}, "gpu_numa_id": {}, "nic_legend": {}}
@@ -636,7 +640,7 @@ def affinity_disagreements(gpus, topo, sysfs_root):
     Returns (disagreements, sysfs_rows): disagreements = [{gpu, topo_nic, sysfs_nic, reason}] where the two nearest
     sets share no NIC; sysfs_rows = {gpu: {nic: level}} from sysfs for those GPUs (the caller prefers them).
     Only NICs named both in topo and in sysfs are compared; nothing is reported when sysfs knows none of them."""
-    from ansible_collections.b300.rollout.plugins.module_utils.affinity import LEVEL_RANK, _sysfs_rank  # the no-NIC-column fallback, reused
+    from ansible_collections.b300.rollout.plugins.module_utils.hw.affinity import LEVEL_RANK, _sysfs_rank  # the no-NIC-column fallback, reused
 
     levels = {v: k for k, v in LEVEL_RANK.items()}
     devs = _sysfs_ib_devices(sysfs_root)

@@ -5,7 +5,7 @@ Sources: ../shared/reference/benchmark-and-rdma-facts.md (section numbers below 
   predicted hit = ((P-1)/P) * S/L (section 1.5). S is rounded to the page (64) like the table there.
 - cache hit (servers): delta cached_tokens_total / delta prompt_tokens_total over the run, ONE engine_type
   (prefill for PD, unified for regular), summed over every cache_source (device, host, storage_*; "total" only
-  holds requests that came without a breakdown): module_utils/sglang_metrics.py reads the counters, for this module
+  holds requests that came without a breakdown): module_utils/sglang/sglang_metrics.py reads the counters, for this module
   and for roles/acceptance/files/acceptance_client.py alike.
 - cache hit (responses): bench_serving --cache-report: total_cached_tokens / total_prompt_tokens (section 1.4).
 - online P95 throughput (pinned here, the seed does not define it, section 1.4): the 95th percentile (nearest rank)
@@ -15,7 +15,8 @@ Sources: ../shared/reference/benchmark-and-rdma-facts.md (section numbers below 
 import json
 import math
 
-from ansible_collections.b300.rollout.plugins.module_utils import sglang_metrics
+from ansible_collections.b300.rollout.plugins.module_utils.sglang import sglang_metrics
+from ansible_collections.b300.rollout.plugins.module_utils.common.md_table import table
 
 VERDICTS = ("accepted", "below_seed", "regressed", "cache_miss", "errors", "tcp_fallback")
 
@@ -138,7 +139,7 @@ def parse_bench_output(text):
 
 
 def parse_prometheus(text):
-    """[(name, {labels}, value)] from a /metrics text (module_utils/sglang_metrics.py, the one reader)."""
+    """[(name, {labels}, value)] from a /metrics text (module_utils/sglang/sglang_metrics.py, the one reader)."""
     return sglang_metrics.parse(text)
 
 
@@ -467,28 +468,24 @@ def report_markdown(r):
     ch = r["cache_hit_rate"]
     lines = ["# Acceptance %s: %s" % (r["profile"], r["verdict"].upper()), "",
              "%s" % r["label"], "", "Run %s. Rule: %s" % (r["run"], r["rule"]), "",
-             "| measure | this run | seed | ratio |", "|---|---|---|---|",
-             "| output throughput (tok/s, client) | %s | %s | %s |" % (
-                 f(r["output_throughput_tok_s"]), f(r["seed"]["output_throughput_tok_s"]),
-                 f(r["output_throughput_vs_seed"], "%.3f")),
-             "| online P95 (tok/s, 10 s windows) | %s | %s | |" % (
-                 f(r["online_p95_output_tok_s"]), f(r["seed"]["online_p95_tok_s"])),
-             "| cache hit, servers (%s) | %s | %s | |" % (
-                 ch["engine_type"], f(ch["counters"] and ch["counters"] * 100), f(r["seed"]["hit_rate"] * 100)),
-             "| cache hit, responses | %s | target %s | agree: %s |" % (
-                 f(ch["responses"] and ch["responses"] * 100), f(ch["target"] * 100), ch["agree"]),
-             "| requests sent / failed | %d / %d | | |" % (r["requests"]["sent"], r["requests"]["failed"]), "",
-             "| latency (ms) | p50 | p95 | p99 |", "|---|---|---|---|"]
-    for m, v in r["latency_ms"].items():
-        lines.append("| %s | %s | %s | %s |" % (m, f(v["median"]), f(v["p95"]), f(v["p99"])))
-    lines += ["", "| rule (precedence order) | fires when | this run |", "|---|---|---|"]
-    lines += ["| %s | %s | %s |" % x for x in rule_states(r)]
+             ]
+    lines += table(("measure", "this run", "seed", "ratio"), [
+        ("output throughput (tok/s, client)", f(r["output_throughput_tok_s"]), f(r["seed"]["output_throughput_tok_s"]),
+         f(r["output_throughput_vs_seed"], "%.3f")),
+        ("online P95 (tok/s, 10 s windows)", f(r["online_p95_output_tok_s"]), f(r["seed"]["online_p95_tok_s"]), ""),
+        ("cache hit, servers (%s)" % ch["engine_type"], f(ch["counters"] and ch["counters"] * 100),
+         f(r["seed"]["hit_rate"] * 100), ""),
+        ("cache hit, responses", f(ch["responses"] and ch["responses"] * 100), "target %s" % f(ch["target"] * 100),
+         "agree: %s" % ch["agree"]),
+        ("requests sent / failed", "%d / %d" % (r["requests"]["sent"], r["requests"]["failed"]), "", "")])
+    lines += [""] + table(("latency (ms)", "p50", "p95", "p99"), [
+        (m, f(v["median"]), f(v["p95"]), f(v["p99"])) for m, v in r["latency_ms"].items()])
+    lines += [""] + table(("rule (precedence order)", "fires when", "this run"), rule_states(r))
     if r.get("rdma"):
-        lines += ["", "## KV over RDMA (expected %d KV bytes)" % r["rdma_expected_kv_bytes"], "",
-                  "| instance | role | devices | bytes | verdict |", "|---|---|---|---|---|"]
-        for i, x in sorted(r["rdma"].items()):
-            lines.append("| %s | %s | %s | %d | %s (%s) |" % (i, x["role"], ",".join(x["devices"]) or "-",
-                                                              x["bytes"], x["verdict"], x["why"]))
+        lines += ["", "## KV over RDMA (expected %d KV bytes)" % r["rdma_expected_kv_bytes"], ""]
+        lines += table(("instance", "role", "devices", "bytes", "verdict"), [
+            (i, x["role"], ",".join(x["devices"]) or "-", "%d" % x["bytes"], "%s (%s)" % (x["verdict"], x["why"]))
+            for i, x in sorted(r["rdma"].items())])
     s = r["shape"]
     lines += ["", "Shape: GSP %d groups x %d prompts, system %d + question %d tokens -> %d out, %s RPS, concurrency %s,"
               " scale %s, router policy %s (%d cache domain(s))." % (

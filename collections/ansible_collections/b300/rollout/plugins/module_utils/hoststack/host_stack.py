@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.b300.rollout.plugins.module_utils.gpu_topology import parse_nvlink_status
+from ansible_collections.b300.rollout.plugins.module_utils.hw.gpu_topology import parse_nvlink_status
 
 STATE_KEYS = ("dpkg", "holds", "proc_modules", "proc_version", "smi_q", "fm_journal", "sb_state", "running_kernel",
               "next_kernel", "next_kernel_modules", "kernel_config", "apt_config", "apt_policy", "modules_load",

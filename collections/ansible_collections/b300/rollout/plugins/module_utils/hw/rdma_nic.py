@@ -300,6 +300,10 @@ def parse_mlxfwmanager(text):
     ``update_result`` is ``updated`` / ``up to date`` / ``failed`` / ``incomplete`` (no Done seen) or what the line
     said, and ``fw_flashed`` the ``Available`` image burnt by an ``updated`` device (pending until a reset).
     Empty text gives []; text with no device block raises ValueError (never an empty list for output not understood).
+
+    Long on purpose (issue 39 keeps at most three functions of 100 lines): one pass over the
+    lines of one tool's output, its text and XML forms and the update-run blocks side by side, so that a reader
+    checks each form against the captures in one place; split, the states would be passed between the pieces.
     """
     if not text or not text.strip():
         return []
@@ -613,47 +617,15 @@ def build_rdma_nics(sysfs_root="/sys", ofed_info_text=None, mlxfwmanager_text=No
     has_data_gen = any(d["model"] in DATA_NIC_MODELS for d in devices)
     out_devices = []
     for d in devices:
-        reasons = []
-        role = "data"
-        if d["sw_mng"]:
-            role = "fabric_manager"
-            reasons.append("NVSwitch management bridge (%s %s, SW_MNG in its VPD): serves the fabric manager and "
-                           "NVLSM, not a data NIC; left out of the firmware gate, the audit and the update (flint "
-                           "cannot read it)" % (d["model"], d["pci_address"]))
-        elif d["name"] in fm_names or (d["model"] == "ConnectX-7" and has_data_gen):
-            role = "fabric_manager"
-            reasons.append("fabric-manager NIC (%s %s): reserved for NVLink management, not for data" % (
-                d["model"], d["pci_address"]))
-        elif has_data_gen and d["model"] not in DATA_NIC_MODELS:
-            role = "frontend"
-            reasons.append("frontend NIC (%s %s, device id %s): not a ConnectX-8/9 GPU-fabric NIC on this host, kept "
-                           "out of NCCL_IB_HCA and --disaggregation-ib-device" % (
-                               d["model"], d["pci_address"], d.get("pci_device_id")))
-        if d["node_type"] != "CA":
-            reasons.append("node_type %s, expected CA" % d["node_type"])
-        if not d["ports"]:
-            reasons.append("no ports in sysfs")
+        role, reasons = _role(d, fm_names, has_data_gen)
+        reasons += _port_reasons(d)
         active = [p for p in d["ports"] if p["state"] == "ACTIVE"]
-        for p in d["ports"]:
-            if p["state"] != "ACTIVE":
-                reasons.append("port %s state %s, expected ACTIVE" % (p["port"], p["state"]))
-            if (p["link_layer"] or "unknown").lower() not in ("infiniband", "ethernet"):
-                reasons.append("port %s link_layer %s, expected InfiniBand or Ethernet" % (p["port"], p["link_layer"]))
         probe = dict(d, psid_unique=psid_count.get(d["psid"]) == 1,
                      macs=[_read(os.path.join(sysfs_root or "/sys", "class", "net", n, "address")) for n in d["netdevs"]])
         rec, how = _match_fw(probe, fw_list, mst_map, taken)
-        fw_pending = fw_available = fw_status = None
+        fw_pending, fw_available, fw_status = _fw_state(d, rec)
         if rec:
             taken.add(id(rec))
-            fw_available = rec["fw_available"]
-            fw_status = rec["status"]
-            fw_pending = pending_image(rec)
-            if fw_pending and rec["update_result"] and not rec["fw_running"] and fw_pending == d["fw_ver"]:
-                fw_pending = None  # an update-run log older than the reset: the device already runs that image
-            elif fw_pending is None and rec["fw_current"] and d["fw_ver"] and rec["fw_current"] != d["fw_ver"] \
-                    and rec["update_result"] != "updated":
-                # no "FW (Running)" row, but the flashed image differs from what the running driver reports
-                fw_pending = rec["fw_current"]
         usable = not reasons and bool(active)
         dev = dict(d)
         dev.pop("node_guid", None)
@@ -662,16 +634,7 @@ def build_rdma_nics(sysfs_root="/sys", ofed_info_text=None, mlxfwmanager_text=No
                     "fw_record_match": how})
         out_devices.append(dev)
     # a flashed image waiting for a reset that no device could be matched with is a host-level finding, never dropped
-    unattributed = []
-    for rec in fw_list:
-        if id(rec) in taken:
-            continue
-        pend = pending_image(rec)
-        if pend:
-            unattributed.append({"device": rec["mst_device"] or rec["pci_device_name"],
-                                 "pci_address": rec["pci_address"], "psid": rec["psid"], "base_guid": rec["base_guid"],
-                                 "base_mac": rec["base_mac"], "fw_running": rec["fw_running"] or rec["fw_current"],
-                                 "fw_pending": pend})
+    unattributed = _unattributed(fw_list, taken)
     findings += ["mlxfwmanager: flashed image %s (running %s) on %s (PSID %s) pending a reset, not attributable to an "
                  "RDMA device (run mst status -v or give the PCI address)"
                  % (u["fw_pending"], u["fw_running"], u["device"], u["psid"]) for u in unattributed]
@@ -683,3 +646,70 @@ def build_rdma_nics(sysfs_root="/sys", ofed_info_text=None, mlxfwmanager_text=No
         "mlxfwmanager_error": mlxfwmanager_error,
         "findings": findings,
     }
+
+
+def _role(d, fm_names, has_data_gen):
+    """A device's role (data, fabric_manager, frontend; see build_rdma_nics) and, for the last two, why."""
+    reasons = []
+    role = "data"
+    if d["sw_mng"]:
+        role = "fabric_manager"
+        reasons.append("NVSwitch management bridge (%s %s, SW_MNG in its VPD): serves the fabric manager and "
+                       "NVLSM, not a data NIC; left out of the firmware gate, the audit and the update (flint "
+                       "cannot read it)" % (d["model"], d["pci_address"]))
+    elif d["name"] in fm_names or (d["model"] == "ConnectX-7" and has_data_gen):
+        role = "fabric_manager"
+        reasons.append("fabric-manager NIC (%s %s): reserved for NVLink management, not for data" % (
+            d["model"], d["pci_address"]))
+    elif has_data_gen and d["model"] not in DATA_NIC_MODELS:
+        role = "frontend"
+        reasons.append("frontend NIC (%s %s, device id %s): not a ConnectX-8/9 GPU-fabric NIC on this host, kept "
+                       "out of NCCL_IB_HCA and --disaggregation-ib-device" % (
+                           d["model"], d["pci_address"], d.get("pci_device_id")))
+    return role, reasons
+
+
+def _port_reasons(d):
+    """Why a device's node type or ports make it unusable (none: it may be used)."""
+    reasons = []
+    if d["node_type"] != "CA":
+        reasons.append("node_type %s, expected CA" % d["node_type"])
+    if not d["ports"]:
+        reasons.append("no ports in sysfs")
+    for p in d["ports"]:
+        if p["state"] != "ACTIVE":
+            reasons.append("port %s state %s, expected ACTIVE" % (p["port"], p["state"]))
+        if (p["link_layer"] or "unknown").lower() not in ("infiniband", "ethernet"):
+            reasons.append("port %s link_layer %s, expected InfiniBand or Ethernet" % (p["port"], p["link_layer"]))
+    return reasons
+
+
+def _fw_state(d, rec):
+    """(fw_pending, fw_available, fw_status) of a device from its mlxfwmanager record rec (None: all None)."""
+    fw_pending = fw_available = fw_status = None
+    if rec:
+        fw_available = rec["fw_available"]
+        fw_status = rec["status"]
+        fw_pending = pending_image(rec)
+        if fw_pending and rec["update_result"] and not rec["fw_running"] and fw_pending == d["fw_ver"]:
+            fw_pending = None  # an update-run log older than the reset: the device already runs that image
+        elif fw_pending is None and rec["fw_current"] and d["fw_ver"] and rec["fw_current"] != d["fw_ver"] \
+                and rec["update_result"] != "updated":
+            # no "FW (Running)" row, but the flashed image differs from what the running driver reports
+            fw_pending = rec["fw_current"]
+    return fw_pending, fw_available, fw_status
+
+
+def _unattributed(fw_list, taken):
+    """The mlxfwmanager records with a flashed image pending a reset that no device was matched with."""
+    unattributed = []
+    for rec in fw_list:
+        if id(rec) in taken:
+            continue
+        pend = pending_image(rec)
+        if pend:
+            unattributed.append({"device": rec["mst_device"] or rec["pci_device_name"],
+                                 "pci_address": rec["pci_address"], "psid": rec["psid"], "base_guid": rec["base_guid"],
+                                 "base_mac": rec["base_mac"], "fw_running": rec["fw_running"] or rec["fw_current"],
+                                 "fw_pending": pend})
+    return unattributed

@@ -33,7 +33,8 @@ import re
 import socket
 import time
 
-from ansible_collections.b300.rollout.plugins.module_utils.fw_matrix import check_device, match_row, parse_fw
+from ansible_collections.b300.rollout.plugins.module_utils.hw.fw_matrix import check_device, match_row, parse_fw
+from ansible_collections.b300.rollout.plugins.module_utils.common.md_table import table
 
 __metaclass__ = type
 
@@ -690,16 +691,16 @@ def render_report(results, run_name, check_mode=False):
     exit_code = 2 if "failed" in statuses or "refused" in statuses else 0
     summary = {"hosts": len(hosts), "exit_code": exit_code, "check_mode": bool(check_mode),
                "by_status": {s: sorted(r["host"] for r in hosts if r["status"] == s) for s in sorted(set(statuses))}}
-    md = ["# NIC firmware update %s%s" % (run_name, " (check mode: nothing changed)" if check_mode else ""), "",
-          "| host | device | model | PCI | psid | before | target | action | after | verdict |",
-          "|---|---|---|---|---|---|---|---|---|---|"]
+    rows = []
     for r in hosts:
         after = {v["device"]: v for v in ((r.get("verify") or {}).get("devices") or [])}
         for d in r["devices"]:
             a = after.get(d["device"])
-            md.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
-                r["host"], d["device"], d["model"], d["pci_address"], d["psid"], d["fw_running"], d.get("target") or "-",
-                d["action"] + (" DOWNGRADE" if d.get("downgrade") else ""), (a["running"] if a else "-"), d["verdict"]))
+            rows.append((r["host"], d["device"], d["model"], d["pci_address"], d["psid"], d["fw_running"],
+                         d.get("target") or "-", d["action"] + (" DOWNGRADE" if d.get("downgrade") else ""),
+                         (a["running"] if a else "-"), d["verdict"]))
+    md = ["# NIC firmware update %s%s" % (run_name, " (check mode: nothing changed)" if check_mode else ""), ""]
+    md += table(("host", "device", "model", "PCI", "psid", "before", "target", "action", "after", "verdict"), rows)
     md.append("")
     for r in hosts:
         act = r.get("activation") or {}

@@ -16,15 +16,16 @@ from __future__ import annotations
 
 import time
 
-from ansible_collections.b300.rollout.plugins.module_utils import fw_matrix
-from ansible_collections.b300.rollout.plugins.module_utils.triage_counters import (
+from ansible_collections.b300.rollout.plugins.module_utils.hw import fw_matrix
+from ansible_collections.b300.rollout.plugins.module_utils.triage.triage_counters import (
     ERROR_COUNTERS, ERROR_COUNTERS_FAULT, ETH_PHY_FAULT, ETH_PHY_PRE_FEC, ETH_PHY_SUSPECT, HW_COUNTERS_FAULT,
     HW_COUNTERS_SUSPECT, deltas, devlink_for_pci)
-from ansible_collections.b300.rollout.plugins.module_utils.triage_gpu import THERMAL_COUNTERS, THERMAL_REASONS, \
+from ansible_collections.b300.rollout.plugins.module_utils.triage.triage_gpu import THERMAL_COUNTERS, THERMAL_REASONS, \
     counter_deltas
-from ansible_collections.b300.rollout.plugins.module_utils.triage_evidence import merge_kernel, read_evidence
-from ansible_collections.b300.rollout.plugins.module_utils.triage_pcie import acs_enabled_bits
-from ansible_collections.b300.rollout.plugins.module_utils.triage_traffic import perftest_gbps
+from ansible_collections.b300.rollout.plugins.module_utils.triage.triage_evidence import merge_kernel, read_evidence
+from ansible_collections.b300.rollout.plugins.module_utils.triage.triage_pcie import acs_enabled_bits
+from ansible_collections.b300.rollout.plugins.module_utils.triage.triage_traffic import perftest_gbps
+from ansible_collections.b300.rollout.plugins.module_utils.common.md_table import table
 
 VERDICTS = ("ok", "suspect", "fault")
 RANK = {"ok": 0, "suspect": 1, "fault": 2}
@@ -464,10 +465,23 @@ def pcie_aer(device, label, bdf, aer, aer_after, window):
 
 # --------------------------------------------------------------------------- GPU rules
 def gpu_rules(gi, facts, extra, extra_after, kinds, window, nic):
+    """One GPU's findings: its state (recovery action, fabric, NVLink, ECC, row remapping), the kernel log's Xids and
+    PCIe events, thermal, and PCIe/persistence as nvidia-smi sees them."""
     dev = "GPU %d" % gi
-    out = []
     x = extra or {}
     f = facts or {}
+    out = _gpu_state(dev, gi, x, f)
+    out += _gpu_xids(dev, gi, kinds)
+    gbdf = ((f.get("pci_bus_id") or "")[-12:]).lower() or dev
+    out += kmsg_pcie(dev, kinds or {}, "GPU", gbdf, is_gpu=True)
+    out += _gpu_thermal(dev, gi, x, extra_after, window)
+    out += _gpu_pcie_persistence(dev, gi, x, extra_after, window)
+    return out
+
+
+def _gpu_state(dev, gi, x, f):
+    """Recovery action, fabric, NVLink links down, uncorrectable ECC, row remapping (R9, rows 20 and 29)."""
+    out = []
     ra = x.get("recovery_action")
     if ra and ra not in ("None", "N/A"):
         out.append(_f(dev, "gpu_recovery_action", "fault", "R9: gpu_recovery_action != None fails (aws Xid 154 action "
@@ -515,13 +529,19 @@ def gpu_rules(gi, facts, extra, extra_after, kinds, window, nic):
         out.append(_f(dev, "remapped_rows", "fault", "row 29: remap pending -> reset (gpud N/remapped-rows)",
                       "remapped_row_pending Yes", "drain; GPU reset (nvidia-smi -r -i %d) or reboot" % gi,
                       "row remap pending a reset", 35))
+    return out
+
+
+def _gpu_xids(dev, gi, kinds):
+    """R1: the NVRM Xids (and a GPU fallen off the bus) in the kernel log."""
+    out = []
     for kind in ("xid", "gpu_fallen_off_bus"):
         k = (kinds or {}).get(kind)
         if not k or (kind == "gpu_fallen_off_bus" and "79" in ((kinds or {}).get("xid") or {}).get("codes", {})):
             continue   # the "fallen off the bus" line that follows an Xid 79 is the same event
         codes = sorted(k["codes"].items(), key=lambda kv: -kv[1])
         fatal = [c for c, _n in codes if int(c) in _xid_fatal()]
-        from ansible_collections.b300.rollout.plugins.module_utils.triage_kmsg import xid_meaning
+        from ansible_collections.b300.rollout.plugins.module_utils.triage.triage_kmsg import xid_meaning
         meanings = ["Xid %s x%d: %s (%s)" % (c, n, xid_meaning(int(c))[0], xid_meaning(int(c))[1]) for c, n in codes]
         out.append(_f(dev, "xid", "fault" if fatal or kind == "gpu_fallen_off_bus" else "suspect",
                       "R1: NVRM Xid in the window; azhpc fails on 48 56 57 58 62 63 64 65 68 69 73 74 79 80 81 92 119 "
@@ -529,8 +549,12 @@ def gpu_rules(gi, facts, extra, extra_after, kinds, window, nic):
                       k["examples"][:2] + meanings, _xid_fix(codes, gi),
                       "; ".join("Xid %s (%s) x%d since %s" % (c, xid_meaning(int(c))[0], n, _short_ts(k["first"]))
                                 for c, n in codes[:2]), 60 if "79" in dict(codes) else (50 if fatal else 10)))
-    gbdf = ((f.get("pci_bus_id") or "")[-12:]).lower() or dev
-    out += kmsg_pcie(dev, kinds or {}, "GPU", gbdf, is_gpu=True)
+    return out
+
+
+def _gpu_thermal(dev, gi, x, extra_after, window):
+    """R12: thermal slowdown active or its counters growing, T.Limit headroom, HBM temperature, since-boot context."""
+    out = []
     # thermal (R12)
     reasons = [r for r in (x.get("clock_reasons_active") or []) if r in THERMAL_REASONS]
     temp, maxop = x.get("temp_c"), x.get("max_operating_c")
@@ -565,7 +589,12 @@ def gpu_rules(gi, facts, extra, extra_after, kinds, window, nic):
         out.append(_f(dev, "thermal", "ok", "R12: cumulative thermal counters since the driver loaded: context only",
                       "thermal slowdown %.1f s since the driver loaded" % (since_boot / 1e6), None,
                       "throttled %.0f s since boot" % (since_boot / 1e6), 0))
-    # PCIe of the GPU as nvidia-smi sees it
+    return out
+
+
+def _gpu_pcie_persistence(dev, gi, x, extra_after, window):
+    """R6: the GPU's PCIe link width and replays during the triage as nvidia-smi sees them; row 28: persistence."""
+    out = []
     pc = x.get("pcie") or {}
     if pc.get("width") and pc.get("max_width") and pc["width"] < pc["max_width"]:
         out.append(_f(dev, "pcie", "fault", "R6: GPU link width below its max fails", "nvidia-smi: PCIe x%d of x%d" % (
@@ -591,7 +620,7 @@ def gpu_rules(gi, facts, extra, extra_after, kinds, window, nic):
 
 
 def _xid_fatal():
-    from ansible_collections.b300.rollout.plugins.module_utils.triage_kmsg import XID_FATAL
+    from ansible_collections.b300.rollout.plugins.module_utils.triage.triage_kmsg import XID_FATAL
     return XID_FATAL
 
 
@@ -957,10 +986,8 @@ def judge_host(col, rows, policy=None, expected_port_gbps=None, history=None, tr
                history_label=None, evidence=None):
     """Findings, device verdicts and ranked causes for one host's collection (see the module docstring);
     ``evidence``: pasted files [{path, text}] (``tools/triage --evidence``), judged by the same rules."""
-    findings = []
     pasted = read_evidence(col, evidence) if evidence else {}
     rn = col.get("rdma_nics") or {}
-    gt = col.get("gpu_topology") or {}
     nic_gpu = dict(col.get("nic_gpu") or {})
     gpu_nic = {}
     for n, g in nic_gpu.items():
@@ -970,11 +997,34 @@ def judge_host(col, rows, policy=None, expected_port_gbps=None, history=None, tr
     if pasted.get("kernel"):
         kdev = merge_kernel(kdev, pasted["kernel"])
     window = col.get("delta_window_s") or 0
+    devices, findings = {}, []
+    nics = _nic_findings(col, rows, policy, nic_gpu, kdev, dict(expected_port_gbps or {}), window, devices, findings)
+    expected_by_nic = nics["expected_by_nic"]
+    findings += _pcie_findings(col, window, devices)
+    findings += _gpu_findings(col, gpu_nic, kdev, window, devices)
+    findings += _unmapped_kernel_findings(kdev, devices)
+    findings += _node_findings(findings, kdev)
+    findings += host_rules(col)
+    findings += history_rules(history, gpu_nic, history_label or since)
+    findings += traffic_rules(traffic, expected_by_nic)
+    if pasted:
+        findings += evidence_rules(pasted, expected_by_nic)
+    findings = _settled_findings(findings, traffic, rn, rows, policy)
+    _device_verdicts(devices, findings)
+    causes = rank_causes(devices)
+    status = max((d["verdict"] for d in devices.values()), key=lambda v: RANK[v], default="ok")
+    return {"status": status, "devices": devices, "causes": causes,
+            "most_likely_cause": causes[0]["sentence"] if causes else None,
+            "counts": {v: sum(1 for d in devices.values() if d["verdict"] == v) for v in VERDICTS},
+            "firmware": nics["fw_rows"], "data_nics": sorted(d["name"] for d in nics["data_nics"]),
+            "evidence": pasted.get("files") or []}
+
+
+def _nic_findings(col, rows, policy, nic_gpu, kdev, expected, window, devices, findings):
+    """Each NIC into devices; the data NICs' findings (firmware, kernel log, devlink, ports, counters, PHY counters)
+    appended to findings. Returns the firmware rows, the expected port speed per NIC and the data NICs."""
+    rn = col.get("rdma_nics") or {}
     ports_a = col.get("ports_after") or {}
-    pcie = col.get("pcie") or {}
-    pcie_after = col.get("pcie_after") or {}
-    devices = {}
-    expected = dict(expected_port_gbps or {})
     expected_by_nic = {}
     fw_rows = []
     data_nics = [d for d in (rn.get("devices") or []) if d.get("role", "data") == "data"]
@@ -1008,7 +1058,14 @@ def judge_host(col, rows, policy=None, expected_port_gbps=None, history=None, tr
             findings += nic_phy_counters(name, phy0, phy1 if phy1 is not None else phy0, window if phy1 is not None
                                          else 0, "the triage (%ss, live traffic)" % window if phy1 is not None
                                          else "the triage")
-    # PCIe: NICs, GPUs and the bridges on each GPU<->NIC path
+    return {"fw_rows": fw_rows, "expected_by_nic": expected_by_nic, "data_nics": data_nics}
+
+
+def _pcie_findings(col, window, devices):
+    """PCIe: NICs, GPUs and the bridges on each GPU<->NIC path (link, AER, ACS); bridges added to devices."""
+    findings = []
+    pcie = col.get("pcie") or {}
+    pcie_after = col.get("pcie_after") or {}
     for bdf, e in sorted(pcie.items()):
         owner = e.get("of")
         role = e.get("role")
@@ -1036,7 +1093,13 @@ def judge_host(col, rows, policy=None, expected_port_gbps=None, history=None, tr
                                "disable ACS on the PCIe switch ports (BIOS, or at boot: setpci -s %s ECAP_ACS+0x6.w=0000) "
                                "as the platform vendor documents" % bdf,
                                "ACS %s enabled on the GPU<->NIC path" % "/".join(bits), 30))
-    # GPUs
+    return findings
+
+
+def _gpu_findings(col, gpu_nic, kdev, window, devices):
+    """Each GPU into devices, with gpu_rules' findings."""
+    findings = []
+    gt = col.get("gpu_topology") or {}
     extras = {x["index"]: x for x in col.get("gpu_extras") or []}
     extras_after = {x["index"]: x for x in col.get("gpu_extras_after") or []}
     for g in gt.get("gpus") or []:
@@ -1045,7 +1108,12 @@ def judge_host(col, rows, policy=None, expected_port_gbps=None, history=None, tr
         devices.setdefault(name, {"kind": "gpu", "pci": g.get("pci_bus_id"), "nic": gpu_nic.get(gi),
                                   "label": "%s (NIC %s)" % (name, gpu_nic.get(gi)) if gpu_nic.get(gi) else name})
         findings += gpu_rules(gi, g, extras.get(gi), extras_after.get(gi), kdev.get(name) or {}, window, gpu_nic.get(gi))
-    # kernel-log events on devices we know nothing else of (an NVSwitch, an unmapped PCI function)
+    return findings
+
+
+def _unmapped_kernel_findings(kdev, devices):
+    """Kernel-log events on devices we know nothing else of (an NVSwitch, an unmapped PCI function)."""
+    findings = []
     for dev, kinds in sorted(kdev.items()):
         if dev in devices or dev == "host":
             continue
@@ -1071,26 +1139,33 @@ def judge_host(col, rows, policy=None, expected_port_gbps=None, history=None, tr
                                    "for fatal SXids", "SXid %s x%d" % (",".join(k["codes"]), k["count"]),
                                    35 if fatal else 10))
                 devices.setdefault(dev, {"kind": "nvswitch", "label": dev})
-    # one fabric for the whole node: the same fabric finding on several GPUs is one host-level cause
+    return findings
+
+
+def _node_findings(findings, kdev):
+    """Host-level causes: one fabric for the whole node (the same fabric finding on several GPUs is one host-level
+    cause), nvidia_peermem's invalid context."""
+    out = []
     fab = sorted({f["device"] for f in findings if f["check"] == "fabric"}, key=lambda d: int(d.split()[1]))
     if len(fab) >= 2:
         ev = [f["evidence"][0] for f in findings if f["check"] == "fabric"][:1]
-        findings.append(_f("host", "fabric", "fault", "R9 over the node: the NVLink fabric is shared by every GPU of the "
-                           "host; %d GPUs report it" % len(fab), ev + ["on %s" % ", ".join(fab)],
-                           [f["fix"] for f in findings if f["check"] == "fabric"][0],
-                           "NVLink fabric degraded on %d GPUs" % len(fab), 45))
+        out.append(_f("host", "fabric", "fault", "R9 over the node: the NVLink fabric is shared by every GPU of the "
+                      "host; %d GPUs report it" % len(fab), ev + ["on %s" % ", ".join(fab)],
+                      [f["fix"] for f in findings if f["check"] == "fabric"][0],
+                      "NVLink fabric degraded on %d GPUs" % len(fab), 45))
     host_k = kdev.get("host") or {}
     pm = host_k.get("peermem_invalid_context")
     if pm:
-        findings.append(_f("host", "kernel_log", "fault" if pm["count"] >= PEERMEM_FAULT else "suspect",
-                           "R1: nvidia_peermem 'invalid context' fails when repeated (gpud N/peermem/kmsg_matcher.go:14)",
-                           pm["examples"], "restart the jobs using GPUDirect; reload nvidia_peermem; check the driver "
-                           "versions match", "peermem invalid context x%d" % pm["count"], 25))
-    findings += host_rules(col)
-    findings += history_rules(history, gpu_nic, history_label or since)
-    findings += traffic_rules(traffic, expected_by_nic)
-    if pasted:
-        findings += evidence_rules(pasted, expected_by_nic)
+        out.append(_f("host", "kernel_log", "fault" if pm["count"] >= PEERMEM_FAULT else "suspect",
+                      "R1: nvidia_peermem 'invalid context' fails when repeated (gpud N/peermem/kmsg_matcher.go:14)",
+                      pm["examples"], "restart the jobs using GPUDirect; reload nvidia_peermem; check the driver "
+                      "versions match", "peermem invalid context x%d" % pm["count"], 25))
+    return out
+
+
+def _settled_findings(findings, traffic, rn, rows, policy):
+    """The traffic test's counter findings added, AER folded, a since-boot counter dropped where the same counter
+    grew during the triage or the traffic, the firmware gate's host findings added."""
     for nic, t in sorted((traffic or {}).items()):
         if t.get("counters_before") and t.get("counters_after"):
             findings += [f for f in nic_counters(nic, t["counters_before"], t["counters_after"], t.get("duration_s") or 0,
@@ -1107,6 +1182,12 @@ def judge_host(col, rows, policy=None, expected_port_gbps=None, history=None, tr
             findings.append(_f("host", "firmware", "fault" if hf["severity"] == "fail" else "suspect",
                                "row 4: the firmware gate's host finding (%s)" % hf["verdict"], hf["reason"],
                                hf["remediation"], hf["reason"][:80], 20))
+    return findings
+
+
+def _device_verdicts(devices, findings):
+    """Each device's findings, verdict and score; findings on a device not listed (e.g. an hca named by NCCL that
+    sysfs does not show) become devices of kind other."""
     devices.setdefault("host", {"kind": "host", "label": "host"})
     for name, d in devices.items():
         fs = [f for f in findings if f["device"] == name]
@@ -1124,13 +1205,6 @@ def judge_host(col, rows, policy=None, expected_port_gbps=None, history=None, tr
                          "verdict": max((f["verdict"] for f in fs), key=lambda v: RANK[v]),
                          "score": sum(f["score"] * (1.0 if f["verdict"] == "fault" else 0.5 if f["verdict"] == "suspect"
                                                     else 0) for f in fs)}
-    causes = rank_causes(devices)
-    status = max((d["verdict"] for d in devices.values()), key=lambda v: RANK[v], default="ok")
-    return {"status": status, "devices": devices, "causes": causes,
-            "most_likely_cause": causes[0]["sentence"] if causes else None,
-            "counts": {v: sum(1 for d in devices.values() if d["verdict"] == v) for v in VERDICTS},
-            "firmware": fw_rows, "data_nics": sorted(d["name"] for d in data_nics),
-            "evidence": pasted.get("files") or []}
 
 
 def rank_causes(devices, top=3):
@@ -1239,20 +1313,18 @@ def render_markdown(report):
         if h.get("evidence"):
             out.append("Evidence: %s." % "; ".join("%s (%s)" % (e["path"], ", ".join(e["read"])) for e in h["evidence"]))
         out.append("")
-        out += ["| device | verdict | check | rule | evidence |", "|---|---|---|---|---|"]
         devs = sorted(h["devices"].items(), key=lambda kv: (-RANK[kv[1]["verdict"]], kv[0]))
-        oks = []
+        oks, rows = [], []
         for name, d in devs:
             fs = [f for f in d["findings"] if f["verdict"] != "ok"]
             if not fs:
                 oks.append(name)
                 continue
-            for f in fs:
-                out.append("| %s | %s | %s | %s | %s |" % (
-                    _md(d.get("label") or name), f["verdict"], f["check"], _md(f["rule"]),
-                    _md("; ".join(f["evidence"][:4]))))
+            rows += [(_md(d.get("label") or name), f["verdict"], f["check"], _md(f["rule"]),
+                      _md("; ".join(f["evidence"][:4]))) for f in fs]
         if not any(d["verdict"] != "ok" for d in h["devices"].values()):
-            out.append("| every device | ok | all checks | - | - |")
+            rows.append(("every device", "ok", "all checks", "-", "-"))
+        out += table(("device", "verdict", "check", "rule", "evidence"), rows)
         out += ["", "ok: %s" % (", ".join(_compact(oks)) or "none")]
         fixes = []
         for name, d in devs:
