@@ -266,7 +266,7 @@ def rollback_plan(plan, snapshots, now_units, unreachable=()):
             if rsnap.get("files", {}).get(path):
                 out["restore"].append({"host": rhost, "path": path, "kind": kind, "id": "router"})
         # a front that served before and runs another process now (its unit changed) is restarted; one whose
-        # config alone is restored is reloaded (rollback_restore.yml), which keeps its connections
+        # config alone is restored is reloaded (rollback.yml), which keeps its connections
         was = (rsnap.get("units") or {}).get(front["unit_name"]) or {}
         out["front_restart"] = was.get("active") == "active" and _moved(rsnap, now_units.get(rhost), front["unit_name"])
     lost = set(out["lost"])
