@@ -59,6 +59,23 @@ def test_both_rolling_paths_use_it():
         "roles/sglang/tasks/rolling_pass.yml", "roles/sglang/tasks/router.yml"]
 
 
+def test_one_take_out_and_one_put_back():
+    """Taking one instance out of the router and putting it back are the sglang role's entry points take_out and
+    put_back (issue 39): the rolling step and roles/nic_firmware_update call them; no other task file removes a worker
+    from the router, and only put_back and the rollback (every planned worker at once) add one."""
+    module = re.compile(r"b300\.rollout\.sglang_router_members:\n((?:\s{4,}.*\n)+)")
+    states = {}
+    for f in tracked(".yml"):
+        for m in module.finditer((ROOT / f).read_text()):
+            state = re.search(r"state: *(\w+)", m.group(1))
+            states.setdefault(state.group(1) if state else "?", []).append(f)
+    assert states.get("absent") == ["roles/sglang/tasks/take_out.yml"], states
+    assert sorted(states.get("present", [])) == ["roles/sglang/tasks/put_back.yml", "roles/sglang/tasks/rollback.yml"], states
+    froms = re.compile(r"tasks_from: *(take_out|drain|start_and_wait|put_back)\b")
+    nic = "".join((ROOT / f).read_text() for f in tracked(".yml") if f.startswith("roles/nic_firmware_update/"))
+    assert sorted(set(froms.findall(nic))) == ["drain", "put_back", "start_and_wait", "take_out"]
+
+
 # --- the flag check -------------------------------------------------------------------------------------------------
 def test_one_flag_check_for_server_and_router():
     src = (PLUGINS / "module_utils" / "sglang_plan.py").read_text()
