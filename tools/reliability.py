@@ -455,7 +455,7 @@ class Bench:
         return out
 
     def s_key(self, layout):
-        """API key added to the serving fleet, then removed, under load (tasks/14_preflight_router_key.yml orders: add = router first,
+        """API key added to the serving fleet, then removed, under load (tasks/router_key.yml orders: add = router first,
         remove = workers first; every worker restart rolls behind the router)."""
         out = []
         key = "rel-%s" % os.urandom(12).hex()           # a throw-away sandbox key, never printed or written to artifacts

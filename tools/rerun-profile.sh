@@ -50,12 +50,17 @@ if [ "$CLEAN" = 1 ]; then
   echo "cleaned b300a, b300b"
 fi
 
+# the load of the machine beside each figure (issue 40: the ratio depends on it more than on the code): the 1-minute
+# load average from /proc/loadavg before and after each run, and the CPU count
+load() { cut -d' ' -f1 /proc/loadavg; }
 run() {
   local name=$1 t0 rc=0
+  load >"$OUT/$name.load0"
   t0=$(date +%s.%N)
   ansible-playbook -i inventory/sandbox site.yml -l b300a,b300b -e sglang_profile="$PROFILE" "${EXTRA[@]}" \
     >"$OUT/$name.log" 2>&1 || rc=$?
   awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f\n", b - a }' >"$OUT/$name.wall"
+  load >"$OUT/$name.load1"
   [ "$rc" = 0 ] || { tail -40 "$OUT/$name.log"; echo "$name run failed (rc $rc): $OUT/$name.log" >&2; exit 1; }
 }
 run first
@@ -63,11 +68,12 @@ run rerun
 first=$(cat "$OUT/first.wall") rerun=$(cat "$OUT/rerun.wall")
 {
   echo "profile $PROFILE, extra args: ${EXTRA[*]:-none}"
-  echo "first converge: $first s"
-  echo "no-change re-run: $rerun s"
+  echo "cpus: $(nproc)"
+  echo "first converge: $first s (load $(cat "$OUT/first.load0") before, $(cat "$OUT/first.load1") after)"
+  echo "no-change re-run: $rerun s (load $(cat "$OUT/rerun.load0") before, $(cat "$OUT/rerun.load1") after)"
   awk -v a="$first" -v b="$rerun" 'BEGIN { printf "re-run / first: %.0f%%\n", 100 * b / a }'
 } | tee "$OUT/times.txt"
-rm -f "$OUT"/*.wall
+rm -f "$OUT"/*.wall "$OUT"/*.load0 "$OUT"/*.load1
 if grep -E '^(b300a|b300b) .*changed=[1-9]' "$OUT/rerun.log"; then
   echo "the re-run changed something: $OUT/rerun.log" >&2
   exit 1

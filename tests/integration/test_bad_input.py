@@ -15,7 +15,7 @@ Two layers:
 Per case: (a) non-zero exit, (b) the message names what is wrong: every fragment is found in the output (whitespace
 folded, YAML quote doubling undone), (c) no SGLang install/unit task ran, (d) a case's secret (a refused API key) is
 nowhere in the output. Value cases (issue 23: keys, paths, names, addresses, numbers and booleans given as strings)
-are refused by the first preflight play (roles/sglang/tasks/11_preflight_inputs.yml, the rules of module_utils/common/input_rules.py)
+are refused by the first preflight play (roles/sglang/tasks/inputs.yml, the rules of module_utils/common/input_rules.py)
 in seconds; the unit-level table of the same rules is tests/unit/test_input_rules.py.
 
 Times are written to artifacts/bad_input/last-<where>.json (controller, e2e, or both). B300_BAD_INPUT_CASES=id1,id2 runs a subset.
@@ -138,7 +138,7 @@ CASES = [
     case("cx8_firmware_mismatch_on_b300b", {}, ["NIC firmware gate FAILED on b300b", "mlx5_3"],
          scenario={"b300b": "cx8_fw_mismatch"}),
     # --- values that reach a host (issue 23): secrets, paths, names, addresses, numbers/booleans as strings --------
-    # refused by the first preflight play (roles/sglang/tasks/11_preflight_inputs.yml) in seconds, before any hardware is read
+    # refused by the first preflight play (roles/sglang/tasks/inputs.yml) in seconds, before any hardware is read
     case("api_key_with_newline", {"sglang_api_key": KEY + "\n"},
          ["b300a: sglang_api_key: (secret, value not shown: 41 characters) holds a line break (newline) at character 41",
           "rule: a Bearer token", "fix: generate one with `openssl rand -hex 32`"], secret=KEY),

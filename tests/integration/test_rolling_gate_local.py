@@ -1,4 +1,4 @@
-"""The rolling pass's opt-in quality gate (roles/sglang/tasks/63_rolling_gate.yml, issue 37) run by ansible-playbook
+"""The rolling pass's opt-in quality gate (roles/sglang/tasks/quality_gate.yml, issue 37) run by ansible-playbook
 on the controller against one sglang stub on loopback (no fleet, about 20 s): an unchanged worker passes, a worker
 whose table_qa answers got worse stops the pass with a message that names the instance and the type."""
 import json
@@ -16,7 +16,7 @@ ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
 QUESTIONS = ROOT / "tools" / "golive" / "questions.json"
 
 PLAY = """
-- name: the rolling gate of one instance (the vars 60_rolling_pass.yml and the plan give it)
+- name: the rolling gate of one instance (the vars rolling_pass.yml and the plan give it)
   hosts: localhost
   connection: local
   gather_facts: false
@@ -30,7 +30,7 @@ PLAY = """
     - name: gate
       ansible.builtin.include_role:
         name: sglang
-        tasks_from: 63_rolling_gate
+        tasks_from: quality_gate
 """
 
 

@@ -303,7 +303,7 @@ def test_thinking_switch_of_the_stub_is_the_real_one(contract_venvs, ver):
 # ------------------------------------------------------------------------------------------------ A5: SIGTERM
 @pytest.mark.parametrize("ver", VERSIONS)
 def test_sigterm_ends_in_sigkill_of_the_worker_itself(contract_venvs, ver):
-    """roles/sglang/tasks/30_units.yml resets the failed state of removed units: a worker stopped by systemd (SIGTERM
+    """roles/sglang/tasks/units.yml resets the failed state of removed units: a worker stopped by systemd (SIGTERM
     to the main process, KillMode=mixed) drains, then kills its own tree including itself, so systemd records it as
     killed by SIGKILL ("failed") although the stop was asked for. The stub does the same (sandbox/sglang_stub README,
     A5); this is the real sequence: shutdown request to the schedulers, then the tree kill of its own pid with the

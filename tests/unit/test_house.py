@@ -29,6 +29,7 @@ SYS_PATH_ALLOWED = {
     "tools/sglang_argcheck/dump_options.py": "runs inside the real SGLang venvs: puts the stand-ins there",
     "tests/parser/real_contract_probe.py": "runs inside the real SGLang venvs (a subprocess): the stand-ins",
     "tests/parser/roles_contract_probe.py": "runs inside the real SGLang venvs (a subprocess): the stand-ins",
+    "tests/parser/forkserver.py": "the edit is in the text of the server it starts inside the real SGLang venvs (the stand-ins)",
     "tests/unit/test_fw_update.py": "the edit is in the text of a child process's script, not in the test",
     "roles/acceptance/files/acceptance_client.py": "runs on the client host: sglang_metrics.py is beside it there",
     "roles/health_history/files/sampler.py": "runs on the target host: its module_utils files are beside it there",

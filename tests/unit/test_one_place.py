@@ -27,7 +27,7 @@ def tracked(*suffixes):
 # --- the rolling order ----------------------------------------------------------------------------------------------
 def test_the_rolling_order_is_written_once():
     """The order (decode, prefill, worker) is ROLLING_ROLE_ORDER in module_utils/sglang/sglang_rollout.py, read by
-    rolling_order (filter b300.rollout.sglang_rolling_order, used by 60_rolling_pass.yml): no YAML selects the
+    rolling_order (filter b300.rollout.sglang_rolling_order, used by rolling_pass.yml): no YAML selects the
     instances of several roles one after the other, and no other Python spells the order."""
     role = re.compile(r"selectattr\('role', 'equalto', '(decode|prefill|worker)'\)")
     where = sorted({f for f in tracked(".yml", ".yaml") if len(set(role.findall((ROOT / f).read_text()))) > 1})
@@ -37,20 +37,41 @@ def test_the_rolling_order_is_written_once():
     spelled = re.compile(r"""["']decode["'],\s*["']prefill["'],\s*["']worker["']""")
     users = sorted(f for f in tracked(".py") if spelled.search((ROOT / f).read_text()) and not f.startswith("tests/"))
     assert users == ["collections/ansible_collections/b300/rollout/plugins/module_utils/sglang/sglang_rollout.py"], users
-    text = (ROLE / "tasks" / "60_rolling_pass.yml").read_text()
-    assert "b300.rollout.sglang_rolling_order" in text
+    for name in ("rolling_pass.yml", "router.yml"):
+        text = (ROLE / "tasks" / name).read_text()
+        assert "b300.rollout.sglang_rolling_order" in text, name
 
 
 def test_both_rolling_paths_use_it():
+    """playbooks/rolling_restart.yml runs the role's rolling_pass; the router's deploy runs the same per-instance step
+    (rolling_one.yml) in the same order, before or after the router restarts; nothing else restarts one instance
+    behind the router."""
     playbook = yaml.safe_load((ROOT / "playbooks" / "rolling_restart.yml").read_text())
     froms = [t[k].get("tasks_from") for play in playbook for t in play.get("tasks", [])
              for k in ("ansible.builtin.include_role", "ansible.builtin.import_role") if k in t and t[k]["name"] == "sglang"]
-    assert "60_rolling_pass" in froms and "61_rolling_one" not in froms, froms
-    router = (ROLE / "tasks" / "50_router.yml").read_text()
-    assert router.count("file: 60_rolling_pass.yml") == 2
-    callers = re.compile(r"(include_tasks|import_tasks|file|tasks_from): *61_rolling_one")
+    assert "rolling_pass" in froms and "rolling_one" not in froms, froms
+    router = (ROLE / "tasks" / "router.yml").read_text()
+    assert router.count("file: rolling_one.yml") == 2
+    callers = re.compile(r"(include_tasks|import_tasks|file|tasks_from): *rolling_one")
     assert sorted(f for f in tracked(".yml") if callers.search((ROOT / f).read_text())) == [
-        "roles/sglang/tasks/60_rolling_pass.yml"]
+        "roles/sglang/tasks/rolling_pass.yml", "roles/sglang/tasks/router.yml"]
+
+
+def test_one_take_out_and_one_put_back():
+    """Taking one instance out of the router and putting it back are the sglang role's entry points take_out and
+    put_back (issue 39): the rolling step and roles/nic_firmware_update call them; no other task file removes a worker
+    from the router, and only put_back and the rollback (every planned worker at once) add one."""
+    module = re.compile(r"b300\.rollout\.sglang_router_members:\n((?:\s{4,}.*\n)+)")
+    states = {}
+    for f in tracked(".yml"):
+        for m in module.finditer((ROOT / f).read_text()):
+            state = re.search(r"state: *(\w+)", m.group(1))
+            states.setdefault(state.group(1) if state else "?", []).append(f)
+    assert states.get("absent") == ["roles/sglang/tasks/take_out.yml"], states
+    assert sorted(states.get("present", [])) == ["roles/sglang/tasks/put_back.yml", "roles/sglang/tasks/rollback.yml"], states
+    froms = re.compile(r"tasks_from: *(take_out|drain|start_and_wait|put_back)\b")
+    nic = "".join((ROOT / f).read_text() for f in tracked(".yml") if f.startswith("roles/nic_firmware_update/"))
+    assert sorted(set(froms.findall(nic))) == ["drain", "put_back", "start_and_wait", "take_out"]
 
 
 # --- the flag check -------------------------------------------------------------------------------------------------

@@ -137,7 +137,7 @@ json.dump(out, sys.stdout)
 
 
 def render_hosts(cases):
-    """For each (plan, host, api_key): what 12_preflight_plan.yml's "Validate | this host's units as they will be written"
+    """For each (plan, host, api_key): what plan.yml's "Validate | this host's units as they will be written"
     computes, the lookup of roles/sglang/templates/plan_rendered.json.j2 with the role's defaults and vars (in one
     separate interpreter for all cases), then the sglang_plan_views filter."""
     payload = []

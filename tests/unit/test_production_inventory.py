@@ -14,7 +14,7 @@ PLAYBOOK = """
   tasks:
     - ansible.builtin.include_role:
         name: sglang
-        tasks_from: 12_preflight_plan
+        tasks_from: plan
 """
 
 

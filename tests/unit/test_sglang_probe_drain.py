@@ -195,6 +195,6 @@ def test_probe_refuses_a_direct_generation_on_a_pd_worker(role):
 
 
 def test_wait_one_generates_only_on_regular_workers_and_passes_the_role():
-    text = open(os.path.join(ROOT, "roles", "sglang", "tasks", "41_start_wait_one.yml"), encoding="utf-8").read()
+    text = open(os.path.join(ROOT, "roles", "sglang", "tasks", "start_and_wait.yml"), encoding="utf-8").read()
     assert "--role {{ inst.role | quote }}" in text
     assert "{{ '' if inst.role in ['prefill', 'decode'] else '--generate' }}" in text

@@ -241,7 +241,7 @@ def entry_points(role):
 
 # tasks_from entries whose argument spec is deliberately not checked there, and why
 UNVALIDATED = {
-    ("sglang", "11_preflight_inputs"): "the input rules (module_utils/common/input_rules.py) judge these values first, each "
+    ("sglang", "inputs"): "the input rules (module_utils/common/input_rules.py) judge these values first, each "
                                        "refusal naming the rule and the fix; a spec would refuse first with a bare "
                                        "type error (tests/integration/test_bad_input.py expects the rules' words)",
     ("nccl_validation", "inputs"): "it validates the role's spec itself, after the shape check of the threshold "

@@ -1,5 +1,5 @@
 """The wheelhouse is brought to the hosts by manifest (module_utils/sglang/wheelhouse.py, module wheelhouse_manifest,
-roles/sglang/tasks/23_install_wheelhouse.yml): a run with nothing to copy reads no file's content on either side, so its cost does
+roles/sglang/tasks/wheelhouse.yml): a run with nothing to copy reads no file's content on either side, so its cost does
 not grow with the payload (issue 24: ansible.builtin.copy of a 2.4 GB directory took 17.3 s per host when nothing had
 changed). These tests prove what is hashed when, what counts as stale, and, through the role's own task file run
 against a local "host", that a re-run copies and hashes nothing while a changed or tampered file is copied again."""
@@ -174,7 +174,7 @@ STEP = """
     - name: Bring the wheelhouse ({step})
       ansible.builtin.include_role:
         name: sglang
-        tasks_from: 23_install_wheelhouse
+        tasks_from: wheelhouse
     - name: Report ({step})
       ansible.builtin.copy:
         content: "{{{{ {{'src_hashed': _sglang_wheelhouse_src.hashed, 'dest_hashed': _sglang_wheelhouse_dest.hashed,
@@ -199,7 +199,7 @@ BETWEEN = {
     - name: A second include in the same run (the router's install on a worker host) reuses the first one
       ansible.builtin.include_role:
         name: sglang
-        tasks_from: 23_install_wheelhouse
+        tasks_from: wheelhouse
     - name: Report (reuse)
       ansible.builtin.copy:
         content: >-
@@ -227,7 +227,7 @@ BETWEEN = {
 
 
 def _play(tmp_path, src, dest, steps=("first", "again", "third"), check=False):
-    """Run the role's 23_install_wheelhouse.yml for each step in one play; a step named in BETWEEN gets those tasks first (the
+    """Run the role's wheelhouse.yml for each step in one play; a step named in BETWEEN gets those tasks first (the
     "reuse" step is only those tasks)."""
     fmt = dict(tmp=tmp_path, src=src, dest=dest, python=sys.executable)
     pb = tmp_path / "play.yml"
@@ -286,7 +286,7 @@ def test_check_mode_copies_nothing_and_writes_no_record(tmp_path):
 def test_the_controller_side_task_does_not_become_root_on_the_controller():
     """The deploy plays run with become: true for the hosts; a task delegated to the controller must not ask for sudo
     there (the operator's controller account reads its own wheelhouse)."""
-    tasks = yaml.safe_load((ROOT / "roles/sglang/tasks/23_install_wheelhouse.yml").read_text())
+    tasks = yaml.safe_load((ROOT / "roles/sglang/tasks/wheelhouse.yml").read_text())
     flat = [t for block in tasks for t in block.get("block", [block])]
     local = [t for t in flat if t.get("delegate_to") == "localhost"]
     assert local and all(t.get("become") is False for t in local), local

@@ -1,4 +1,4 @@
-"""Short-lived TCP listener for the SGLang reachability preflight (roles/sglang/tasks/13_preflight_reachability.yml).
+"""Short-lived TCP listener for the SGLang reachability preflight (roles/sglang/tasks/reachability.yml).
 
 usage: python3 -c "$(cat sglang_port_listen.py)" SECONDS PORT:EXPECTED [PORT:EXPECTED ...]
 Binds each PORT on all addresses ONLY when it is free and accepts connections (closing each at once) until every

@@ -2,9 +2,9 @@
 """Filters of roles/sglang's preflight decisions (module_utils/sglang/sglang_checks.py does the work; tested there).
 
 - sglang_reach_paths, sglang_listen_specs, sglang_reach_blocked: the TCP paths between the hosts (13_preflight_reach...)
-- sglang_boot_problems: GPU boot services and persistence mode (18_preflight_boot.yml)
+- sglang_boot_problems: GPU boot services and persistence mode (boot_check.yml)
 - sglang_script_problems: what a role script reported (host check, venv check)
-- sglang_smoke_empty, sglang_smoke_text: the router's smoke chat completions (52_router_smoke.yml)
+- sglang_smoke_empty, sglang_smoke_text: the router's smoke chat completions (router_deploy.yml)
 - sglang_pick: the named keys of each mapping of a list; sglang_flag_value: the value of a flag in an argv list
 Documentation: the .yml file of each filter next to this file.
 """

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 """Filters sglang_plan_views and sglang_plan_text: the plan as the units carry it (module_utils/sglang/sglang_plan.py).
 
-Used by roles/sglang/tasks/12_preflight_plan.yml ("Validate | show the plan", printed by every preflight) and
+Used by roles/sglang/tasks/plan.yml ("Validate | show the plan", printed by every preflight) and
 playbooks/plan.yml (`make plan`). Documentation: sglang_plan_views.yml, sglang_plan_text.yml next to this file.
 """
 

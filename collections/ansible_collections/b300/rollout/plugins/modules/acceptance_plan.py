@@ -17,7 +17,7 @@ version_added: "1.0.0"
 extends_documentation_fragment: [ansible.builtin.action_common_attributes, b300.rollout.common]
 options:
   plan:
-    description: The C(sglang_plan) registered by roles/sglang tasks/12_preflight_plan.yml.
+    description: The C(sglang_plan) registered by roles/sglang tasks/plan.yml.
     type: dict
     required: true
   seed:

@@ -38,7 +38,7 @@ options:
     elements: path
     default: []
   content:
-    description: Also return the content of O(files) (base64) as RV(snapshot), the shape tasks/70_rollback.yml restores.
+    description: Also return the content of O(files) (base64) as RV(snapshot), the shape tasks/rollback.yml restores.
     type: bool
     default: false
   instances:
@@ -81,7 +81,7 @@ files:
   type: dict
   sample: {"/etc/sglang/kimi_k3-w0.env": {"exists": true, "mtime": 1764719990}}
 snapshot:
-  description: With O(content), the snapshot tasks/70_rollback.yml restores, C(files) path to base64 content
+  description: With O(content), the snapshot tasks/rollback.yml restores, C(files) path to base64 content
     (C('') when absent) and C(units) unit to C(invocation) and C(active).
   returned: when O(content) is true
   type: dict

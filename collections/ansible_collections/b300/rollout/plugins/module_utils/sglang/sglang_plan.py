@@ -666,7 +666,7 @@ def _plan_front(cfg, args, prefix, bind_host, port, backend_port):
 
 
 # --- the plan as the units carry it ---------------------------------------------------------------------------------
-# `make plan` (playbooks/plan.yml) and the preflight (roles/sglang/tasks/12_preflight_plan.yml, "Validate | show the plan")
+# `make plan` (playbooks/plan.yml) and the preflight (roles/sglang/tasks/plan.yml, "Validate | show the plan")
 # print the same text: the unit and env file of every instance and of the router, rendered by the role's own
 # templates (roles/sglang/templates/etc/...), reduced to the lines that say what runs and with which environment.
 # Nothing here renders a command line: the lines are read back out of the rendered files.

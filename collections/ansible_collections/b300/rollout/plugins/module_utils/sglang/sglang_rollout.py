@@ -71,7 +71,7 @@ def env_api_key(text):
 
 def key_change(env_text, new_key):
     """What a run does to the API key of a serving fleet, from the router's env file as it is now (None: no env file,
-    nothing served) and the key the run writes ('' = none). tasks/14_preflight_router_key.yml explains the orders:
+    nothing served) and the key the run writes ('' = none). tasks/router_key.yml explains the orders:
     add = router first, remove = workers first, rotate = refused with the rolling strategy."""
     if env_text is None:
         return "first"
@@ -210,10 +210,10 @@ def _unit_path(unit):
 
 
 def rollback_plan(plan, snapshots, now_units, unreachable=()):
-    """What tasks/70_rollback.yml does after a router deploy or rolling pass failed on a serving fleet.
+    """What tasks/rollback.yml does after a router deploy or rolling pass failed on a serving fleet.
 
     plan: the sglang_plan result (instances, router). snapshots: {host: {'files': {path: base64 or ''}, 'units':
-    {unit: {'invocation', 'active'}}}} taken before any file was written (tasks/16_preflight_snapshot.yml; a host
+    {unit: {'invocation', 'active'}}}} taken before any file was written (tasks/snapshot.yml; a host
     without one is absent). now_units: {host: parse_systemctl_show of Id,InvocationID,ActiveState now}; unreachable:
     hosts that cannot be read or changed now.
 
@@ -266,7 +266,7 @@ def rollback_plan(plan, snapshots, now_units, unreachable=()):
             if rsnap.get("files", {}).get(path):
                 out["restore"].append({"host": rhost, "path": path, "kind": kind, "id": "router"})
         # a front that served before and runs another process now (its unit changed) is restarted; one whose
-        # config alone is restored is reloaded (71_rollback_restore.yml), which keeps its connections
+        # config alone is restored is reloaded (rollback.yml), which keeps its connections
         was = (rsnap.get("units") or {}).get(front["unit_name"]) or {}
         out["front_restart"] = was.get("active") == "active" and _moved(rsnap, now_units.get(rhost), front["unit_name"])
     lost = set(out["lost"])
@@ -344,7 +344,7 @@ def drain_verdict(result, inst, timeout_s, stop_timeout_s, on_timeout, env_file)
                 % (timeout_s, json.dumps(data.get("loads") or {}, sort_keys=True), stop_timeout_s))
     elif rc == 6:
         msg += (" Expected GET /v1/loads to accept the running router's key (%s): the worker runs with another key; "
-                "fix the key (tasks/14_preflight_router_key.yml) and rerun." % env_file)
+                "fix the key (tasks/router_key.yml) and rerun." % env_file)
     return {"ok": False, "fixed_wait": False, "msg": msg}
 
 
