@@ -97,7 +97,7 @@ done
   echo "=== make test: time per part"
   printf '  %s\n' "${rows[@]}"
   printf '  %-24s %6d s  cpu %5d s  %s\n' total $((SECONDS - t0)) "$(cpu_s)" "${failed:+FAILED in $failed}"
-  echo "  (cpu: user+sys seconds of the part's own processes; NOT the sandbox/molecule hosts' (under conmon) nor"
+  echo "  (cpu: user+sys seconds of the part's own processes; NOT the sandbox's or molecule's hosts' (under conmon) nor"
   echo "   daemons it left; $(nproc) cores, load average at the end: $(cut -d' ' -f1-3 /proc/loadavg))"
 } | tee artifacts/test-times.txt
 [ -z "$failed" ]
