@@ -210,7 +210,7 @@ def test_healthy_host_every_check_passes_and_plan_is_empty():
                                           "CliqueId 0")
     assert v["gdr_path"]["found"].startswith("dma_buf")
     p = hs.plan(STACK, st)
-    assert p == {"install": [], "hold": [], "unhold": [], "remove": [], "modprobe": [], "acts": False,
+    assert p == {"install": [], "hold": [], "unhold": [], "remove": [], "modprobe": [], "restart": [], "acts": False,
                  "reboot": False, "reboot_reasons": [], "refusals": [], "notes": []}
 
 
@@ -346,13 +346,20 @@ def test_trap_dkms_build_failed_for_next_kernel_refused_before_reboot():
 
 
 def test_trap_secure_boot_unsigned_module_refused_never_enrolled():
+    """An unsigned nvidia module on a Secure Boot host: the proof fails naming the manual MOK route. The plan refuses
+    while an unsigned DKMS build under updates/ stays (it would win over the signed package's module at the next
+    boot); where the module is the one the signed prebuilt package replaces, the stage installs that and proceeds."""
     st = healthy_state()
-    st["next_kernel_modules"]["nvidia"]["signer"] = None
+    st["next_kernel_modules"]["nvidia"] = {"path": "/lib/modules/%s/updates/dkms/nvidia.ko.zst" % K, "signer": None}
     st["dpkg"] = dpkg_text({n: x for n, x in pkgs_versions().items() if "linux-modules-nvidia" not in n})
+    st["apt_policy"] = policy_text(pkgs_versions(), absent={"linux-modules-nvidia-580-server-open-%s" % K})
     f = verdicts(st)["secure_boot_signed"]
     assert f["verdict"] == "fail" and "nvidia for kernel" in f["found"] and "never by automation" in f["fix"]
     p = hs.plan(STACK, st)
     assert any(x.startswith("secure_boot_signed:") for x in p["refusals"])
+    st["next_kernel_modules"]["nvidia"]["path"] = "/lib/modules/%s/kernel/nvidia-580srv/nvidia.ko" % K
+    p = hs.plan(STACK, st)
+    assert p["refusals"] == [] and p["install"] == ["linux-modules-nvidia-580-server-open-%s=580.173.02%s" % (K, REV)]
     st["sb_state"] = "SecureBoot disabled\n"
     assert "secure_boot_signed" not in verdicts(st)
 
@@ -519,3 +526,14 @@ def test_nvlink_link_down_or_slow_fails_real_h200_format(real_fixtures):
     st["nvlink_s"] = (real_fixtures / "nvidia-h200x2-vm" / "nvlink-s.txt").read_text()
     f = verdicts(st)["nvlink_speed"]
     assert f["verdict"] == "fail" and f["found"].startswith("GPU 0: 0 of 18 links at >= 53.125 GB/s (26.562)")
+
+
+def test_fm_journal_judges_the_last_start_only():
+    """A restart after a fix leaves this boot's failed start above it: the last start (systemd's "Starting ..." line,
+    as in nvtrust #128's real journal) decides; a failure after a success fails."""
+    start = "Jan 05 14:44:41 b300a systemd[1]: Starting nvidia-fabricmanager.service - NVIDIA fabric manager service...\n"
+    failed = start + "Jan 05 14:44:41 b300a nvidia-fabricmanager-start.sh[1]: /opt/nvidia/nvlsm/sbin/nvlsm does not exist\n"
+    good = start + "Jan 05 14:50:02 b300a nv-fabricmanager[9]: %s\n" % hs.FM_SUCCESS_NVL5
+    assert hs.parse_fm_journal(failed + good)["success_nvl5"] and not hs.parse_fm_journal(failed + good)["nvlsm_missing"]
+    assert hs.parse_fm_journal(good + failed)["nvlsm_missing"] and not hs.parse_fm_journal(good + failed)["success_nvl5"]
+    assert hs.parse_fm_journal(real("fm_journal_pre_nvl5_nothing_to_do.txt"))["pre_nvl5"]

@@ -1,0 +1,79 @@
+"""Issue 36 on the sandbox fleet: playbooks/host_stack.yml takes a BARE sandbox host (b300b: none of the stack) to a
+proven stack - real apt-get/dpkg/apt-mark against the offline mirror sandbox/fleet.sh serves
+(file:/opt/b300-hoststack-repo, stand-in packages), one reboot through the controller's command (the container's
+restart), the emulated driver and fabric manager following what dpkg installed (sandbox/hwemu/hoststack.py) - then a
+second run changes nothing. Both runs are timed (printed; a benchmark, not a timed assertion).
+
+Only the fleet shows this: the role's real apt-get, holds and files on a Debian host, the reboot through the controller,
+the fabric manager's unit starting at boot and its journal, the proof's fabric wait. The traps themselves are shown
+without the fleet (tests/unit/test_hwemu_hoststack.py). The host is left bare again (stand-ins purged, the stage's
+files removed, power-cycled), so every other fleet test sees its scenario as before. ~2-3 min.
+"""
+import re
+import time
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+HOST = "b300b"
+DRIVER = "580.173.02"
+STAGE_FILES = ("/etc/apt/apt.conf.d/51b300-host-stack-blacklist", "/etc/apt/preferences.d/b300-host-stack.pref",
+               "/etc/modules-load.d/b300-host-stack.conf")
+# every stand-in carries /usr/share/doc/<name>/STAND-IN (sandbox/hoststack_repo/build.py)
+STANDINS = "for p in $(dpkg-query -W -f '${Package}\\n'); do [ -e /usr/share/doc/$p/STAND-IN ] && echo $p; done; true"
+
+
+def bare(sandbox):
+    """Purge the stand-ins and the stage's files, power-cycle: the host is bare (and shows its scenario) again."""
+    pkgs = sandbox.exec(HOST, STANDINS).stdout.split()
+    if pkgs:
+        sandbox.exec(HOST, "dpkg --purge --force-hold %s" % " ".join(pkgs), timeout=120)
+    sandbox.exec(HOST, "rm -f %s" % " ".join(STAGE_FILES))
+    sandbox.run([str(sandbox.root / "sandbox" / "fleet.sh"), "reboot", HOST], timeout=300)
+
+
+def recap(out, host):
+    m = re.search(r"^%s\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)" % host, out, re.M)
+    assert m, out[-3000:]
+    return {k: int(v) for k, v in zip(("ok", "changed", "unreachable", "failed"), m.groups())}
+
+
+def stage(sandbox, *extra):
+    t0 = time.monotonic()
+    r = sandbox.ansible_playbook("playbooks/host_stack.yml", "-e", "host_stack_enabled=true", *extra, limit=HOST,
+                                 check=False, timeout=900)
+    return r, round(time.monotonic() - t0, 1)
+
+
+def test_bare_host_to_proven_stack_then_a_run_that_changes_nothing(sandbox, request):
+    bare(sandbox)
+    request.addfinalizer(lambda: bare(sandbox))
+    assert sandbox.exec(HOST, STANDINS).stdout.split() == []
+    # the mirror is the one source the stage may use
+    pol = sandbox.exec(HOST, "apt-cache policy nvidia-driver-580-server-open").stdout
+    assert "file:/opt/b300-hoststack-repo ./ Packages" in pol and DRIVER in pol
+
+    r, first_s = stage(sandbox, "-e", "host_stack_reboot=reboot")
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-4000:]
+    assert "install (in order): linux-modules-extra-" in out and "nvidia-driver-580-server-open=%s" % DRIVER in out
+    assert "Reboot | through the controller's command" in out
+    assert recap(out, HOST)["changed"] > 0
+    # what the host really has now: the stack at its versions, held; the emulated driver and fabric follow it
+    held = set(sandbox.exec(HOST, "apt-mark showhold").stdout.split())
+    assert {"nvidia-driver-580-server-open", "nvidia-fabricmanager-580", "nvlsm"} <= held, held
+    smi = sandbox.exec(HOST, "/opt/hwemu/bin/nvidia-smi -q").stdout
+    assert re.search(r"^Driver Version\s+: %s$" % re.escape(DRIVER), smi, re.M), smi[:400]
+    assert "Completed" in smi and "In Progress" not in smi
+    journal = sandbox.exec(HOST, "journalctl -b -u nvidia-fabricmanager --no-pager").stdout
+    assert "Successfully configured all the available GPUs and NVSwitches to route NVLink traffic" in journal
+    assert sandbox.exec(HOST, "cat /opt/hwemu/proc/driver/nvidia/version").stdout.startswith(
+        "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  %s" % DRIVER)
+
+    r2, again_s = stage(sandbox)
+    out2 = r2.stdout + r2.stderr
+    assert r2.returncode == 0, out2[-4000:]
+    assert recap(out2, HOST)["changed"] == 0, out2[-3000:]
+    assert "install (in order): nothing" in out2 and "reboot: no" in out2
+    print("host_stack on %s: bare -> proven %.1f s (one reboot), no-change run %.1f s" % (HOST, first_s, again_s))
