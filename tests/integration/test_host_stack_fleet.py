@@ -77,3 +77,22 @@ def test_bare_host_to_proven_stack_then_a_run_that_changes_nothing(sandbox, requ
     assert recap(out2, HOST)["changed"] == 0, out2[-3000:]
     assert "install (in order): nothing" in out2 and "reboot: no" in out2
     print("host_stack on %s: bare -> proven %.1f s (one reboot), no-change run %.1f s" % (HOST, first_s, again_s))
+
+
+def test_a_reboot_that_does_not_come_back_in_time_fails_naming_host_timeout_and_fix(sandbox, request):
+    """The reboot command leaves the host unreachable (its sshd stopped, the container kept): the stage fails after
+    host_stack_reboot_timeout with the host, what it waited for and the fix; the packages stay installed and held
+    (nothing half-installed unexplained). ~40 s."""
+    bare(sandbox)
+
+    def back():
+        sandbox.exec(HOST, "systemctl start ssh", check=False)
+        bare(sandbox)
+    request.addfinalizer(back)
+    r, _ = stage(sandbox, "-e", "host_stack_reboot=reboot", "-e", "host_stack_reboot_timeout=10", "-e",
+                 '{"host_stack_reboot_command": ["podman", "exec", "b300-%s", "systemctl", "stop", "ssh"]}' % HOST)
+    out = r.stdout + r.stderr
+    assert r.returncode != 0
+    assert ("host_stack on %s: rebooted for" % HOST) in out and "not answering after 10 s" in out and "fix:" in out
+    held = set(sandbox.exec(HOST, "apt-mark showhold").stdout.split())
+    assert "nvidia-fabricmanager-580" in held
