@@ -235,6 +235,7 @@ provision() {
 hoststack_repo() {
   REPO_HASH="" REPO_DIR=""
   [ -f "$ROOT/sandbox/hoststack_repo/build.py" ] || return 0
+  command -v dpkg-deb >/dev/null || { log "WARNING: no dpkg-deb on this controller: the hosts get no host stack mirror"; return 0; }
   REPO_HASH=$( { cat "$ROOT/sandbox/hoststack_repo/build.py" "$ROOT/roles/host_stack/vars/stacks.yml"; uname -r; } |
     sha256sum | cut -c1-16)
   REPO_DIR=$STATE/hoststack-repo/$REPO_HASH

@@ -224,17 +224,23 @@ def _write_json(path, data):
 def view(run_dir, emu_root):
     """The installed-stack view of this host now, or None when the stack was never touched (legacy scenarios).
 
-    Takes this boot's snapshot on the first call after a boot (the emulated fabric manager unit calls first, at
-    boot) and refreshes <emu_root>/proc/{modules,driver/nvidia/version}."""
+    Takes this boot's snapshot on the first call after a boot on any host (the emulated fabric manager unit calls
+    first, at boot) and, on a touched host, refreshes <emu_root>/proc/{modules,driver/nvidia/version}."""
     pkgs = installed_packages()
-    if not touched(pkgs):
-        return None
     kernel = running_kernel()
     snap_path = os.path.join(run_dir, "hoststack-boot.json")
     snap = _json(snap_path)
     if snap is None:
+        # taken on every host (cheap), so that a host that gets the stand-ins later in this boot runs no driver yet
         snap = boot_snapshot(pkgs, kernel, modules_load_d())
-        _write_json(snap_path, snap)
+        try:
+            _write_json(snap_path, snap)
+        except OSError:
+            if touched(pkgs):
+                raise
+            # an untouched host where the run dir is not writable (a test runner's /run): nothing to remember
+    if not touched(pkgs):
+        return None
     probed = _json(os.path.join(run_dir, "hoststack-modprobed.json")) or []
     loaded = list(snap["modules"]) + [m for m in probed if m not in snap["modules"]]
     v = {"pkgs": pkgs, "kernel": kernel, "snapshot": snap, "loaded": loaded,

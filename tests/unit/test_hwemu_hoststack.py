@@ -187,7 +187,7 @@ def test_untouched_host_shows_the_scenario_as_before(host):
     p = host.tool("nvidia-smi", "-q")
     assert p.returncode == 0 and "580.159.04" in p.stdout
     assert host.tool("nv-fabricmanager-emu", "--no-wait").stdout == ""
-    assert not (host.run_dir / "hoststack-boot.json").exists()
+    assert not (host.emu / "proc" / "driver").exists()
 
 
 def test_real_dpkg_query_reads_the_emulated_database(host):
@@ -209,22 +209,23 @@ def test_bare_host_has_no_driver_then_the_stage_takes_it_to_a_proven_stack(host)
     v = host.verdicts()
     assert failing(v) == [], {k: v[k]["found"] for k in failing(v)}
     assert v["driver_open_flavour"]["found"] == "Open Kernel Module 580.173.02"
-    assert v["fabric_state"]["found"].startswith("8 GPUs Completed/Success")
+    assert v["fabric_state"]["found"].startswith("8 GPUs Completed/Success, ClusterUUID ")
+    assert "ClusterUUID N/A" not in v["fabric_state"]["found"]
     assert v["modules_loaded"]["found"] == "loaded: nvidia, mlx5_core, mlx5_ib, ib_umad"
     again = host.stage()
     assert not again["acts"] and not again["reboot"] and again["restart"] == []
 
 
-def test_installed_but_not_rebooted_nvml_mismatch_then_no_driver(host):
-    """The driver packages in, no reboot yet: nvidia-smi cannot talk to a driver (none loaded at this boot); the
-    next boot loads the open module. A later userspace build without a reboot: NVML's version mismatch."""
+def test_installed_but_not_rebooted_no_driver_then_nvml_mismatch(host):
+    """The driver packages in, no reboot yet: nvidia-smi cannot talk to a driver (none was loaded at this boot); the
+    next boot loads the open module. A userspace build other than the module's: NVML's version mismatch."""
     host.boot()
     host.install(declared())
     p = host.tool("nvidia-smi", "-q")
-    assert p.returncode == 0   # this boot's snapshot was taken before the stand-ins existed: still the scenario's
-    shutil.rmtree(host.run_dir)
-    host.install({"nvidia-driver-580-server-open": NEWER + REV})
+    assert p.returncode == 9 and "couldn't communicate with the NVIDIA driver" in p.stdout
     host.boot()
+    assert host.tool("nvidia-smi", "-q").returncode == 0
+    host.install({"nvidia-driver-580-server-open": NEWER + REV})
     p = host.tool("nvidia-smi", "-q")
     assert p.returncode == 18 and "Driver/library version mismatch" in p.stdout
 
@@ -259,6 +260,9 @@ def test_trap_nvlsm_missing(host):
     v = host.verdicts()
     assert {"fabric_manager_journal", "fabric_state", "nvlsm_journal", "packages_declared"} <= set(failing(v))
     assert "State In Progress" in v["fabric_state"]["found"]
+    fab = hs.parse_smi_q(host.tool("nvidia-smi", "-q").stdout)["gpus"][0]["fabric"]
+    assert fab == {"state": "In Progress", "status": "N/A", "clique_id": "N/A", "cluster_uuid": "N/A",
+                   "health_summary": "N/A"}
     plan = host.stage()
     assert plan["install"] == ["nvlsm=2025.10.14-1"] and not plan["reboot"]
     assert plan["restart"] == ["nvidia-fabricmanager"]
