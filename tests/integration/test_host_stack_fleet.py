@@ -9,6 +9,7 @@ the fabric manager's unit starting at boot and its journal, the proof's fabric w
 without the fleet (tests/unit/test_hwemu_hoststack.py). The host is left bare again (stand-ins purged, the stage's
 files removed, power-cycled), so every other fleet test sees its scenario as before. ~2-3 min.
 """
+import json
 import re
 import time
 
@@ -48,7 +49,17 @@ def stage(sandbox, *extra):
     return r, round(time.monotonic() - t0, 1)
 
 
-def test_bare_host_to_proven_stack_then_a_run_that_changes_nothing(sandbox, request):
+def audit(sandbox, tmp_path, name, enabled):
+    """tools/fw-audit on HOST (its JSON report), timed."""
+    t0 = time.monotonic()
+    r = sandbox.run([str(sandbox.root / "tools" / "fw-audit"), "-i", "inventory/sandbox", "-l", HOST, "--json",
+                     "--report-dir", str(tmp_path / name), "-e", "host_stack_enabled=%s" % enabled], check=False,
+                    timeout=300)
+    assert r.returncode in (0, 2), r.stdout[-3000:] + r.stderr[-3000:]
+    return r.returncode, json.loads(r.stdout)["hosts"][HOST], round(time.monotonic() - t0, 1)
+
+
+def test_bare_host_to_proven_stack_then_a_run_that_changes_nothing(sandbox, request, tmp_path):
     bare(sandbox)
     request.addfinalizer(lambda: bare(sandbox))
     assert sandbox.exec(HOST, STANDINS).stdout.split() == []
@@ -78,7 +89,20 @@ def test_bare_host_to_proven_stack_then_a_run_that_changes_nothing(sandbox, requ
     assert r2.returncode == 0, out2[-4000:]
     assert recap(out2, HOST)["changed"] == 0, out2[-3000:]
     assert "install (in order): nothing" in out2 and "reboot: no" in out2
-    print("host_stack on %s: bare -> proven %.1f s (one reboot), no-change run %.1f s" % (HOST, first_s, again_s))
+    # the on-call audit reads the same proof read-only: clean, then a lost hold (drift) is a finding
+    _, off, off_s = audit(sandbox, tmp_path, "off", False)
+    assert "host_stack" not in off
+    _, on, on_s = audit(sandbox, tmp_path, "on", True)
+    assert on["host_stack"]["failures"] == [], on["host_stack"]["failures"]
+    sandbox.exec(HOST, "apt-mark unhold nvidia-fabricmanager-580")
+    try:
+        rc, drift, _ = audit(sandbox, tmp_path, "drift", True)
+    finally:
+        sandbox.exec(HOST, "apt-mark hold nvidia-fabricmanager-580")
+    assert rc == 2 and any(m.startswith("%s: host_stack check packages_held failed: found not held: "
+                                        "nvidia-fabricmanager-580" % HOST) for m in drift["messages"]), drift
+    print("host_stack on %s: bare -> proven %.1f s (one reboot), no-change run %.1f s; fw-audit %.1f s with the "
+          "stack's checks, %.1f s without" % (HOST, first_s, again_s, on_s, off_s))
 
 
 def test_a_reboot_that_does_not_come_back_in_time_fails_naming_host_timeout_and_fix(sandbox, request):
