@@ -26,6 +26,7 @@ machine with real NVIDIA packages) is NOT read this way:
 it shows what the scenario shows (the hand-installed 580.159.04 stack of ``healthy``), so nothing else changes.
 Plain stdlib; no Ansible.
 """
+import gzip
 import json
 import os
 import re
@@ -297,9 +298,18 @@ def proc_modules_text(loaded):
     return "".join("%s %d 0 - Live 0x0000000000000000\n" % (m, sizes.get(m, 16384)) for m in loaded)
 
 
+# /proc/config.gz of the emulated B300's kernel: SYNTHESIZED, only the lines the stage reads. The sandbox containers
+# run the controller's kernel (a VM kernel without P2PDMA); the emulated host is taken to boot a kernel with
+# CONFIG_PCI_P2PDMA=y, the DMA-BUF path's precondition (roles/host_stack/vars/stacks.yml gdr.rule). A real host's
+# /boot/config-<kernel> is read for real.
+KERNEL_CONFIG = "# SYNTHESIZED by sandbox/hwemu (hoststack.py)\nCONFIG_DMA_SHARED_BUFFER=y\nCONFIG_PCI_P2PDMA=y\n"
+
+
 def write_proc(emu_root, v):
     proc = os.path.join(emu_root, "proc")
     os.makedirs(os.path.join(proc, "driver", "nvidia"), exist_ok=True)
+    with gzip.open(os.path.join(proc, "config.gz"), "wt") as fh:
+        fh.write(KERNEL_CONFIG)
     with open(os.path.join(proc, "modules"), "w") as fh:
         fh.write(proc_modules_text(v["loaded"]))
     text = proc_version_text(v["snapshot"]["driver"])

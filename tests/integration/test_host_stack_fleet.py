@@ -60,6 +60,7 @@ def audit(sandbox, tmp_path, name, enabled):
 
 
 def test_bare_host_to_proven_stack_then_a_run_that_changes_nothing(sandbox, request, tmp_path):
+    sandbox.scenario(HOST, "healthy")    # the proof expects the healthy NVLink links and NICs
     bare(sandbox)
     request.addfinalizer(lambda: bare(sandbox))
     assert sandbox.exec(HOST, STANDINS).stdout.split() == []

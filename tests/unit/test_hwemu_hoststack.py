@@ -54,7 +54,6 @@ class Host:
         (self.root / "var" / "lib" / "dpkg" / "info").mkdir(parents=True)
         (self.root / "etc" / "modules-load.d").mkdir(parents=True)
         (self.root / "boot").mkdir()
-        (self.root / "boot" / ("config-%s" % K)).write_text("CONFIG_PCI_P2PDMA=y\n")
         self.env = dict(os.environ, HWEMU_HOSTNAME="b300a", HWEMU_RUN_DIR=str(self.run_dir),
                         HWEMU_HOST_ROOT=str(self.root), HWEMU_KERNEL=K, HWEMU_FABRIC_DELAY_S="0")
         self.env.pop("HWEMU_ROOT", None)
@@ -212,6 +211,8 @@ def test_bare_host_has_no_driver_then_the_stage_takes_it_to_a_proven_stack(host)
     assert v["fabric_state"]["found"].startswith("8 GPUs Completed/Success, ClusterUUID ")
     assert "ClusterUUID N/A" not in v["fabric_state"]["found"]
     assert v["modules_loaded"]["found"] == "loaded: nvidia, mlx5_core, mlx5_ib, ib_umad"
+    # no /boot/config-* in the host (as in the sandbox's containers): the running kernel's /proc/config.gz
+    assert v["gdr_path"]["found"] == "dma_buf (open kernel modules and CONFIG_PCI_P2PDMA=y)"
     again = host.stage()
     assert not again["acts"] and not again["reboot"] and again["restart"] == []
 

@@ -8,6 +8,7 @@ reading runs under Ansible and on the lent GPU machine without it. Read-only: no
 from __future__ import annotations
 
 import glob
+import gzip
 import os
 import platform
 
@@ -20,6 +21,14 @@ def _read(path):
         with open(path) as fh:
             return fh.read()
     except (OSError, UnicodeDecodeError):
+        return ""
+
+
+def _read_gz(path):
+    try:
+        with gzip.open(path, "rt") as fh:
+            return fh.read()
+    except (OSError, EOFError, UnicodeDecodeError):
         return ""
 
 
@@ -77,7 +86,9 @@ def gather(run, find, stack, root="/", bin_path=(), sysfs_root="/sys", proc_root
                            "nvidia-fabricmanager", "-u", "nvidia-nvlsm"]),
         "sb_state": run([tool("mokutil", bin_path), "--sb-state"]),
         "running_kernel": running, "next_kernel": nxt, "next_kernel_modules": mods,
-        "kernel_config": _read(r("boot", "config-%s" % nxt)),
+        # the next kernel's config; for the running kernel without one in /boot, its own /proc/config.gz
+        "kernel_config": _read(r("boot", "config-%s" % nxt)) or (
+            _read_gz(os.path.join(proc, "config.gz")) if nxt == running else ""),
         "modules_load": load, "sw_mng_devices": bridges,
         "unattended_upgrades_installed": "unattended-upgrades" in hs.parse_dpkg(dpkg),
     }
