@@ -537,3 +537,17 @@ def test_fm_journal_judges_the_last_start_only():
     assert hs.parse_fm_journal(failed + good)["success_nvl5"] and not hs.parse_fm_journal(failed + good)["nvlsm_missing"]
     assert hs.parse_fm_journal(good + failed)["nvlsm_missing"] and not hs.parse_fm_journal(good + failed)["success_nvl5"]
     assert hs.parse_fm_journal(real("fm_journal_pre_nvl5_nothing_to_do.txt"))["pre_nvl5"]
+
+
+def test_installed_but_never_rebooted_owes_the_reboot():
+    """An earlier run installed and held the stack and stopped before its reboot (host_stack_reboot=stop, or a reboot
+    that never came back): nothing to install, but the plan still reboots, saying why; the proof says no driver."""
+    st = healthy_state()
+    st["proc_version"] = ""
+    p = hs.plan(STACK, st)
+    assert p["install"] == [] and not p["acts"] and p["reboot"]
+    assert p["reboot_reasons"] == ["linux-modules-nvidia-580-server-open-%s, nvidia-driver-580-server-open installed, "
+                                   "no driver loaded: the reboot after the install is pending" % K]
+    assert verdicts(st)["driver_open_flavour"]["verdict"] == "fail"
+    st["dpkg"] = ""
+    assert "no driver loaded" not in " ".join(hs.plan(STACK, st)["reboot_reasons"])

@@ -428,6 +428,14 @@ def plan(stack, state):
         res["reboot"] = True
         res["reboot_reasons"].append("running driver %s %s, declared open %s" % (
             running["flavour"], running["version"], want))
+    boot_pkgs = [p["name"] for p in pkgs if p["reboot"]]
+    if running is None and not res["reboot"] and boot_pkgs and all(
+            version_matches(installed.get(n), next(p["version"] for p in pkgs if p["name"] == n)) for n in boot_pkgs):
+        # installed by an earlier run that stopped before its reboot (host_stack_reboot=stop, or a reboot that did
+        # not come back): the reboot is still owed
+        res["reboot"] = True
+        res["reboot_reasons"].append("%s installed, no driver loaded: the reboot after the install is pending" %
+                                     ", ".join(boot_pkgs))
     for f in next_kernel_findings(stack, _after_install(pkgs, res["install"], res["remove"], state)):
         if f["verdict"] == "fail" and (res["install"] or res["reboot"]):
             # refuse only when the stage would change something that needs the next boot; the proof reports it anyway
