@@ -112,6 +112,8 @@ def test_bare_host_to_proven_stack_a_reboot_not_back_in_time_then_a_run_that_cha
     assert r.returncode == 0, out[-4000:]
     assert recap(out, HOST)["changed"] == 0, out[-3000:]
     assert "install (in order): nothing" in out and "reboot: no" in out
+    off, off_s = stage(sandbox, enabled=False)      # the same playbook with the stage off: the fixed part
+    assert off.returncode == 0 and recap(off.stdout, HOST)["changed"] == 0
 
     # 4. the on-call audit reads the same proof read-only: clean, then a lost hold (drift) is a finding
     _, on, audit_s = audit(sandbox, tmp_path, "on", True)
@@ -124,5 +126,5 @@ def test_bare_host_to_proven_stack_a_reboot_not_back_in_time_then_a_run_that_cha
     assert rc == 2 and any(m.startswith("%s: host_stack check packages_held failed: found not held: "
                                         "nvidia-fabricmanager-580" % HOST) for m in drift["messages"]), drift
     print("host_stack on %s: install run %.1f s (incl. the %d s reboot timeout), the reboot + proof run %.1f s, "
-          "no-change run %.1f s; fw-audit with the stack's checks %.1f s" % (
-              HOST, install_s, timeout_s, reboot_s, again_s, audit_s))
+          "no-change run %.1f s (stage off: %.1f s); fw-audit with the stack's checks %.1f s" % (
+              HOST, install_s, timeout_s, reboot_s, again_s, off_s, audit_s))
