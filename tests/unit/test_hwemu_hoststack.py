@@ -1,21 +1,26 @@
 """sandbox/hwemu/hoststack.py (issue 36): the emulated driver, fabric manager and fabric follow the host's REAL dpkg
 state, and every trap of the issue goes from that state through the stand-in tools into the stage's plan and proof.
 
-Each test builds one emulated host in a temp dir: a copy of sandbox/hwemu (SYNTHESIZED hardware), a host root with
+Each test builds one emulated host in a temp dir: an emulator root for sandbox/hwemu (SYNTHESIZED hardware), a host root with
 dpkg's status database (the file format dpkg writes; read back by the real ``dpkg-query --admindir``), /etc/modules-load.d
 and /boot, a run dir that a "boot" empties (as /run is on the sandbox containers). The stand-in tools (nvidia-smi,
-modinfo, modprobe, mokutil, nv-fabricmanager-emu) run as subprocesses; ``host_stack_io.gather`` reads them exactly as
+modinfo, modprobe, mokutil, nv-fabricmanager-emu) answer; ``host_stack_io.gather`` reads them exactly as
 the module does on a sandbox host, except that the fabric manager's journal is what nv-fabricmanager-emu printed at the
 "boot" (systemd's journal holds it on a sandbox host). "The stage" here applies the plan to the dpkg database as apt
 would (install = the declared version, hold; remove; modprobe through the stand-in; restart or reboot), so the test
 shows the fix the stage makes, or its refusal before anything changes. Packages: the stand-ins of
-sandbox/hoststack_repo/build.py (real names and versions, Debian revision -0b300standin1). ~4 s for the file.
+sandbox/hoststack_repo/build.py (real names and versions, Debian revision -0b300standin1). The stand-ins run in this
+process (hwemu_cli.main, what every bin/ script calls); test_bin_scripts_run_the_same checks the scripts answer the
+same. ~15 s for the file on the loaded 2-core machine (tests ~6 s; with subprocesses it was ~75 s).
 """
+import contextlib
+import io
 import os
 import platform
 import shutil
 import subprocess
 import pathlib
+import sys
 
 import pytest
 import yaml
@@ -25,6 +30,8 @@ from ansible_collections.b300.rollout.plugins.module_utils import host_stack_io
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 HWEMU = ROOT / "sandbox" / "hwemu"
+sys.path.insert(0, str(HWEMU))
+import hwemu_cli  # noqa: E402  (sandbox/hwemu: the code every bin/ stand-in runs)
 SOURCE = "file:/opt/b300-hoststack-repo ./ Packages"
 STACK = dict(yaml.safe_load((ROOT / "roles" / "host_stack" / "vars" / "stacks.yml").read_text())["host_stack_stacks"][
     "b300-noble-580.173"], apt_source_match=["file:/opt/b300-hoststack-repo"])
@@ -43,28 +50,42 @@ def declared():
 
 
 class Host:
+    """One emulated host. Its stand-in tools run in this process (hwemu_cli.main, what each bin/ script calls, with
+    the host's environment; ~10x cheaper than a python start per call) except in test_bin_scripts_run_the_same."""
+
     def __init__(self, tmp):
         self.tmp = tmp
-        self.emu = tmp / "hwemu"
-        shutil.copytree(HWEMU, self.emu, ignore=shutil.ignore_patterns("trees", "state", "sys", "scenario", "proc",
-                                                                        "__pycache__", "real"))
-        (self.emu / "real").symlink_to(HWEMU / "real")
+        self.emu = tmp / "hwemu"          # the emulator's root (HWEMU_ROOT): its sys tree, proc, state
+        (self.emu / "bin").mkdir(parents=True)
+        for name in ("nvidia-smi", "modinfo", "modprobe", "mokutil", "nv-fabricmanager-emu", "journalctl", "lsmod"):
+            (self.emu / "bin" / name).symlink_to(HWEMU / "bin" / name)
         self.root = tmp / "host"
         self.run_dir = tmp / "run"
         (self.root / "var" / "lib" / "dpkg" / "info").mkdir(parents=True)
         (self.root / "etc" / "modules-load.d").mkdir(parents=True)
         (self.root / "boot").mkdir()
-        self.env = dict(os.environ, HWEMU_HOSTNAME="b300a", HWEMU_RUN_DIR=str(self.run_dir),
-                        HWEMU_HOST_ROOT=str(self.root), HWEMU_KERNEL=K, HWEMU_FABRIC_DELAY_S="0")
-        self.env.pop("HWEMU_ROOT", None)
+        self.vars = dict(HWEMU_ROOT=str(self.emu), HWEMU_HOSTNAME="b300a", HWEMU_RUN_DIR=str(self.run_dir),
+                         HWEMU_HOST_ROOT=str(self.root), HWEMU_KERNEL=K, HWEMU_FABRIC_DELAY_S="0")
+        self.env = dict(os.environ, **self.vars)
         self.pkgs = {}          # name -> (version, held)
         self.journal = ""
         self.tool("hwemu-scenario", "healthy")
         self.write_dpkg()
 
     def tool(self, name, *args):
-        return subprocess.run([str(self.emu / "bin" / name)] + list(args), env=self.env, capture_output=True,
-                              text=True, timeout=30)
+        """The stand-in NAME run as its bin/ script runs it (hwemu_cli.main), in this process: (rc, stdout, stderr)."""
+        saved = dict(os.environ)
+        os.environ.update(self.vars)
+        out, err, rc = io.StringIO(), io.StringIO(), 0
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                hwemu_cli.main(name, list(args))
+        except SystemExit as e:
+            rc = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+        return subprocess.CompletedProcess([name] + list(args), rc, out.getvalue(), err.getvalue())
 
     def write_dpkg(self):
         """dpkg's status file: one stanza per package, as dpkg writes it (Status: want ok installed)."""
@@ -107,7 +128,10 @@ class Host:
                 return self.policy if name == "apt-cache" else ""
             if name == "dpkg-query":
                 argv = [argv[0], "--admindir=%s" % (self.root / "var" / "lib" / "dpkg")] + argv[1:]
-            p = subprocess.run(argv, env=self.env, capture_output=True, text=True, timeout=30)
+            if os.path.dirname(argv[0]) == str(self.emu / "bin"):
+                p = self.tool(name, *argv[1:])
+            else:
+                p = subprocess.run(argv, env=self.env, capture_output=True, text=True, timeout=30)
             return p.stdout if p.returncode == 0 else ""
 
         def find(name, extra):
@@ -187,6 +211,24 @@ def test_untouched_host_shows_the_scenario_as_before(host):
     assert p.returncode == 0 and "580.159.04" in p.stdout
     assert host.tool("nv-fabricmanager-emu", "--no-wait").stdout == ""
     assert not (host.emu / "proc" / "driver").exists()
+
+
+def test_bin_scripts_run_the_same(host):
+    """The bin/ scripts (what the sandbox hosts run) answer as the in-process calls of the other tests do."""
+    good_host(host)
+
+    def script(*argv):
+        return subprocess.run([str(HWEMU / "bin" / argv[0])] + list(argv[1:]), env=host.env, capture_output=True,
+                              text=True, timeout=60)
+    for argv in (("nvidia-smi", "-q"), ("modinfo", "-k", K, "-F", "signer", "nvidia"), ("mokutil", "--sb-state"),
+                 ("modprobe", "nvidia_peermem"), ("lsmod",)):
+        p, q = script(*argv), host.tool(*argv)
+
+        def stable(text):
+            return [ln for ln in text.splitlines() if not ln.startswith("Timestamp")]
+        assert (p.returncode, stable(p.stdout), p.stderr) == (q.returncode, stable(q.stdout), q.stderr), argv
+        assert p.stdout or p.stderr, argv
+    assert script("modinfo", "-k", K, "-F", "signer", "nvidia").stdout == "Canonical Ltd. Kernel Module Signing\n"
 
 
 def test_real_dpkg_query_reads_the_emulated_database(host):
