@@ -1,9 +1,9 @@
 """sandbox/hwemu/hoststack.py (issue 36): the emulated driver, fabric manager and fabric follow the host's REAL dpkg
 state, and every trap of the issue goes from that state through the stand-in tools into the stage's plan and proof.
 
-Each test builds one emulated host in a temp dir: an emulator root for sandbox/hwemu (SYNTHESIZED hardware), a host root with
-dpkg's status database (the file format dpkg writes; read back by the real ``dpkg-query --admindir``), /etc/modules-load.d
-and /boot, a run dir that a "boot" empties (as /run is on the sandbox containers). The stand-in tools (nvidia-smi,
+Each test builds one emulated host in a temp dir: an emulator root for sandbox/hwemu (SYNTHESIZED hardware), a host
+root with dpkg's status database (the file format dpkg writes; read back by the real ``dpkg-query --admindir``),
+/etc/modules-load.d and /boot, a run dir that a "boot" empties (as /run is on the sandbox containers). The stand-in tools (nvidia-smi,
 modinfo, modprobe, mokutil, nv-fabricmanager-emu) answer; ``host_stack_io.gather`` reads them exactly as
 the module does on a sandbox host, except that the fabric manager's journal is what nv-fabricmanager-emu printed at the
 "boot" (systemd's journal holds it on a sandbox host). "The stage" here applies the plan to the dpkg database as apt
