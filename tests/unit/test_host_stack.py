@@ -430,7 +430,10 @@ def test_module_reads_a_tree_read_only_in_check_mode(tmp_path):
     smi.chmod(0o755)
     sysfs = synth.make_sysfs(tmp_path / "sys", nics=1, nic_device_id="1021", sw_mng=(1,))
     rc, res = run_module("host_stack_facts", {"stack": STACK, "host": "b300a", "root": str(root),
-                                              "bin_path": [str(bin_dir)], "sysfs_root": sysfs}, tmp_path, check=True)
+                                              "bin_path": [str(bin_dir)], "sysfs_root": sysfs,
+                                              "read_files": ["/etc/modules-load.d/b300-host-stack.conf",
+                                                             "/etc/apt/preferences.d/b300-host-stack.pref"]},
+                         tmp_path, check=True)
     assert rc == 0, res
     f = res["ansible_facts"]["host_stack"]
     v = {c["check"]: c for c in f["checks"]}
@@ -441,6 +444,8 @@ def test_module_reads_a_tree_read_only_in_check_mode(tmp_path):
     assert f["plan"]["refusals"] and f["plan"]["install"] == []
     assert any(m.startswith("b300a: host_stack check packages_declared failed") for m in f["failures"])
     assert res["changed"] is False
+    assert f["files"] == {"/etc/modules-load.d/b300-host-stack.conf": "mlx5_ib\nib_umad\n",
+                          "/etc/apt/preferences.d/b300-host-stack.pref": None}
     assert os.listdir(root / "etc" / "modules-load.d") == ["b300-host-stack.conf"]
 
 
@@ -498,7 +503,7 @@ def _render(name, **ctx):
 def test_apt_preferences_pin_every_versioned_package_above_1000():
     """apt_preferences(5): Package / Pin: version <glob> / Pin-Priority; > 1000 installs the pinned version even as a
     downgrade, so a second source's newer build never wins."""
-    text = _render("apt-preferences.j2", ansible_facts={"kernel": K})
+    text = _render("apt-preferences.j2", ansible_facts={"host_stack": {"running_kernel": K}})
     stanzas = [b for b in text.split("\n\n") if b.startswith("Package:")]
     pins = {b.splitlines()[0].split(": ", 1)[1]: b.splitlines()[1] for b in stanzas}
     assert pins["nvidia-fabricmanager-580"] == "Pin: version 580.173.02-*"

@@ -24,6 +24,15 @@ def _read(path):
         return ""
 
 
+def read_text(root, path):
+    """The text of ``path`` under ``root``, or None when absent or unreadable (a file the caller may have to write)."""
+    try:
+        with open(os.path.join(root, path.lstrip("/"))) as fh:
+            return fh.read()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
 def _read_gz(path):
     try:
         with gzip.open(path, "rt") as fh:

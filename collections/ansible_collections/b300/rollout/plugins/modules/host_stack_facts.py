@@ -39,6 +39,13 @@ options:
         driver writes its own there, sandbox/hwemu/hoststack.py); empty - C(<root>/proc).
     type: path
     default: ""
+  read_files:
+    description:
+      - Files (under O(root)) whose text is returned in C(files), so the caller writes one only where it differs (the
+        role's apt pins, unattended-upgrades blacklist and modules-load.d file).
+    type: list
+    elements: path
+    default: []
   host:
     description: Host name the failure messages carry.
     type: str
@@ -68,13 +75,14 @@ ansible_facts:
         reboot - bool, reboot_reasons, refusals - non-empty means change nothing, notes), checks (check, verdict -
         pass, fail, warn or skip, found, expected, fix, evidence), summary (one line per check - check, verdict,
         found), verdicts (check -> verdict), failures (one line per failing check - host, check, found, expected, fix),
-        running_kernel, next_kernel, secure_boot (true, false or null) and sw_mng_devices.
+        running_kernel, next_kernel, secure_boot (true, false or null), sw_mng_devices and files (path -> its text,
+        null when absent or unreadable; the paths of O(read_files)).
       type: dict
       returned: always
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.b300.rollout.plugins.module_utils.host_stack_io import gather, report
+from ansible_collections.b300.rollout.plugins.module_utils.host_stack_io import gather, read_text, report
 from ansible_collections.b300.rollout.plugins.module_utils.tools import find_tool, hw_argument_spec
 
 
@@ -82,6 +90,7 @@ def main():
     module = AnsibleModule(
         argument_spec=dict(hw_argument_spec(), stack=dict(type="dict", required=True),
                            root=dict(type="path", default="/"), proc_root=dict(type="path", default=""),
+                           read_files=dict(type="list", elements="path", default=[]),
                            host=dict(type="str", required=True)),
         supports_check_mode=True,
     )
@@ -98,7 +107,9 @@ def main():
         return find_tool(module, name, extra)
 
     state = gather(run, find, p["stack"], p["root"], p["bin_path"], p["sysfs_root"], p["proc_root"] or None)
-    module.exit_json(changed=False, ansible_facts={"host_stack": report(p["stack"], state, p["host"])})
+    fact = report(p["stack"], state, p["host"])
+    fact["files"] = {f: read_text(p["root"], f) for f in p["read_files"]}
+    module.exit_json(changed=False, ansible_facts={"host_stack": fact})
 
 
 if __name__ == "__main__":
