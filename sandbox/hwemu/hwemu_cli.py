@@ -1267,23 +1267,32 @@ def mokutil(argv):
     out("SecureBoot %s\n" % ("enabled" if on else "disabled"))
 
 
+def _keep_running(argv):
+    """The daemon part: `--no-wait` returns (tests); `--fork` leaves a `sleep infinity` child and exits 0, as a
+    Type=forking unit's start does (the real nvidia-fabricmanager.service is Type=forking: systemd then logs
+    "Starting ..." before the start's lines, which the proof uses to judge the last start); else sleep here."""
+    if "--no-wait" in argv:
+        return None
+    if "--fork" in argv:
+        sys.stdout.flush()
+        if os.fork() == 0:
+            os.setsid()
+            os.execv("/bin/sleep", ["sleep", "infinity"])
+        os._exit(0)
+    os.execv("/bin/sleep", ["sleep", "infinity"])
+
+
 def fabricmanager(argv):
-    """The emulated nvidia-fabricmanager unit's ExecStart. A host whose stack dpkg never saw: sleep forever, as the
+    """The emulated nvidia-fabricmanager unit's ExecStart. A host whose stack dpkg never saw: keeps running, as the
     unit always did. Otherwise the start judged from the installed stack (hoststack.fabric_manager_start): its lines
-    go to stdout (the unit's journal), a failure exits 1 (systemd then logs the unit failed), success keeps running
-    (`--no-wait`: return, for tests)."""
+    go to stdout (the unit's journal), a failure exits 1 (systemd then logs the unit failed), success keeps running."""
     res = hoststack.record_fm_start(run_dir(), root_dir(), bridge=True)
-    if res is None:
-        if "--no-wait" in argv:
-            return None
-        os.execv("/bin/sleep", ["sleep", "infinity"])
-    ok, lines = res
-    out("".join(ln + "\n" for ln in lines))
-    if not ok:
-        sys.exit(1)
-    if "--no-wait" not in argv:
-        os.execv("/bin/sleep", ["sleep", "infinity"])
-    return None
+    if res is not None:
+        ok, lines = res
+        out("".join(ln + "\n" for ln in lines))
+        if not ok:
+            sys.exit(1)
+    return _keep_running(argv)
 
 
 TOOLS = {
