@@ -241,6 +241,13 @@ def view(run_dir, emu_root):
                 raise
             # an untouched host where the run dir is not writable (a test runner's /run): nothing to remember
     if not touched(pkgs):
+        # the stand-ins were purged: what an installed stack wrote into the emulated /proc goes with them
+        stale = os.path.join(emu_root, "proc", "driver", "nvidia", "version")
+        if os.path.exists(stale):
+            try:
+                os.remove(stale)
+            except OSError:
+                pass
         return None
     probed = _json(os.path.join(run_dir, "hoststack-modprobed.json")) or []
     loaded = list(snap["modules"]) + [m for m in probed if m not in snap["modules"]]

@@ -34,6 +34,7 @@ def bare(sandbox):
     if pkgs:
         sandbox.exec(HOST, "dpkg --purge --force-hold %s" % " ".join(pkgs), timeout=120)
     sandbox.exec(HOST, "rm -f %s" % " ".join(STAGE_FILES))
+    sandbox.scenario(HOST, "healthy")     # the emulated /proc/modules of the scenario again
     # the emulator's boot snapshot of the stack (sandbox/hwemu/hoststack.py) goes with a boot
     if pkgs or sandbox.exec(HOST, "grep -q '\"driver\": {' /run/hwemu/hoststack-boot.json", check=False).returncode == 0:
         sandbox.run([str(sandbox.root / "sandbox" / "fleet.sh"), "reboot", HOST], timeout=300)
@@ -64,8 +65,7 @@ def audit(sandbox, tmp_path, name, enabled):
 
 def test_bare_host_to_proven_stack_a_reboot_not_back_in_time_then_a_run_that_changes_nothing(sandbox, request,
                                                                                             tmp_path):
-    sandbox.scenario(HOST, "healthy")    # the proof expects the healthy NVLink links and NICs
-    bare(sandbox)
+    bare(sandbox)       # (healthy: the proof expects the healthy NVLink links and NICs)
 
     def back():
         sandbox.exec(HOST, "systemctl start ssh", check=False)

@@ -329,6 +329,15 @@ def test_trap_ib_umad_not_loaded(host):
     assert failing(host.verdicts()) == []
 
 
+def test_purged_stand_ins_leave_no_driver_file_behind(host):
+    good_host(host)
+    assert (host.emu / "proc" / "driver" / "nvidia" / "version").exists()
+    host.pkgs.clear()
+    host.write_dpkg()
+    assert host.tool("nvidia-smi", "-q").returncode == 0          # the scenario's again
+    assert not (host.emu / "proc" / "driver" / "nvidia" / "version").exists()
+
+
 def test_modprobe_without_linux_modules_extra_fails_like_kmod(host):
     host.install({k: v for k, v in declared().items() if not k.startswith("linux-modules-extra")})
     host.boot()
