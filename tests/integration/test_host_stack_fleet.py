@@ -66,6 +66,9 @@ def audit(sandbox, tmp_path, name, enabled):
 def test_bare_host_to_proven_stack_a_reboot_not_back_in_time_then_a_run_that_changes_nothing(sandbox, request,
                                                                                             tmp_path):
     bare(sandbox)       # (healthy: the proof expects the healthy NVLink links and NICs)
+    # day zero: b300b serves nothing (host_stack_reboot=reboot refuses a host with a running SGLang unit); in the
+    # fleet order this module runs before any deploy, so this only matters when it runs alone after one
+    sandbox.exec(HOST, "systemctl stop 'sglang-*'", check=False)
 
     def back():
         sandbox.exec(HOST, "systemctl start ssh", check=False)
