@@ -9,7 +9,7 @@ the fabric manager's unit starting at boot and its journal, the proof's fabric w
 without the fleet (tests/unit/test_hwemu_hoststack.py), except a reboot that does not come back in time, shown here in
 the same sequence (the first run's reboot leaves the host unreachable; the next run owes and does the reboot). The host
 is left bare again (stand-ins purged, the stage's files removed, power-cycled), so every other fleet test sees its
-scenario as before. ~2 min.
+scenario as before. 106 s on the idle fleet (2026-12-06).
 """
 import json
 import re
