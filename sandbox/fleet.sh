@@ -225,8 +225,51 @@ provision() {
   [ ${#failed[@]} -eq 0 ] || die "provisioning failed on: ${failed[*]}"
 }
 
+# The host stack's offline mirror (issue 36): sandbox/hoststack_repo/build.py's stand-in .debs (real names and
+# versions, nothing inside) built once on the controller per (builder, declared stacks, kernel) into
+# $STATE/hoststack-repo/<hash>/{main,newer,proprietary}, copied into each host as /opt/b300-hoststack-repo (main: the
+# one declared source, in /etc/apt/sources.list.d/b300-hoststack.list as `deb [trusted=yes] file:... ./`) and
+# /opt/b300-hoststack-repo-{newer,proprietary} (the traps' second source and proprietary flavour: not in sources).
+# The containers run the controller's kernel, so the per-kernel package names are filled with `uname -r` here.
+# REPO_HASH: empty when the builder is absent (the hosts then get no mirror and the stage refuses, naming it).
+hoststack_repo() {
+  REPO_HASH="" REPO_DIR=""
+  [ -f "$ROOT/sandbox/hoststack_repo/build.py" ] || return 0
+  command -v dpkg-deb >/dev/null || { log "WARNING: no dpkg-deb on this controller: the hosts get no host stack mirror"; return 0; }
+  REPO_HASH=$( { cat "$ROOT/sandbox/hoststack_repo/build.py" "$ROOT/roles/host_stack/vars/stacks.yml"; uname -r; } |
+    sha256sum | cut -c1-16)
+  REPO_DIR=$STATE/hoststack-repo/$REPO_HASH
+  [ -f "$REPO_DIR/.built" ] && return 0
+  rm -rf "$REPO_DIR.tmp" && mkdir -p "$REPO_DIR.tmp"
+  local v
+  for v in main newer proprietary; do
+    "$(python_bin)" "$ROOT/sandbox/hoststack_repo/build.py" "$REPO_DIR.tmp/$v" --kernel "$(uname -r)" --variant "$v" \
+      >/dev/null || die "sandbox/hoststack_repo/build.py --variant $v failed"
+  done
+  touch "$REPO_DIR.tmp/.built" && rm -rf "$REPO_DIR" && mv "$REPO_DIR.tmp" "$REPO_DIR"
+  log "host stack mirror built ($REPO_HASH): $(ls "$REPO_DIR"/main/*.deb | wc -l) stand-in packages"
+}
+
+# copy_repo CONTAINER: the mirror into the host when its copy is another build; apt reads only that list's index
+# (no other source is updated: the sandbox hosts may reach no network)
+copy_repo() {
+  local c=$1 v
+  [ -n "$REPO_HASH" ] || return 0
+  [ "$(podman exec "$c" cat /opt/b300-hoststack-repo/.b300-tree 2>/dev/null)" != "$REPO_HASH" ] || return 0
+  for v in newer proprietary main; do
+    local dst=/opt/b300-hoststack-repo
+    [ "$v" = main ] || dst=/opt/b300-hoststack-repo-$v
+    tar -C "$REPO_DIR/$v" --owner=0 --group=0 -cf - . | untar_into "$c" "$dst" "$REPO_HASH"
+  done
+  podman exec "$c" sh -c 'echo "deb [trusted=yes] file:/opt/b300-hoststack-repo ./" > /etc/apt/sources.list.d/b300-hoststack.list
+    apt-get update -qq -o Dir::Etc::sourcelist=sources.list.d/b300-hoststack.list -o Dir::Etc::sourceparts=- \
+      -o APT::Get::List-Cleanup=0' >/dev/null || die "${c#b300-}: apt-get update of the host stack mirror failed"
+  log "${c#b300-}: host stack mirror /opt/b300-hoststack-repo ($REPO_HASH)"
+}
+
 # HW_HASH / STUB_HASH: content hashes of sandbox/hwemu and sandbox/sglang_stub (empty when absent)
 source_hashes() {
+  hoststack_repo
   HW_HASH="" STUB_HASH=""
   [ ! -d "$ROOT/sandbox/hwemu" ] || HW_HASH=$(tree_hash "$ROOT/sandbox/hwemu")
   [ ! -d "$ROOT/sandbox/sglang_stub" ] || STUB_HASH=$(cd "$ROOT" && stub_files | xargs -r -d '\n' sha256sum | sha256sum | cut -c1-16)
@@ -272,6 +315,7 @@ provision_container() {
       systemctl daemon-reload && systemctl enable --now nvidia-persistenced.service nvidia-fabricmanager.service' \
       >/dev/null 2>&1 || log "$h: WARNING: could not enable the emulated nvidia-persistenced/nvidia-fabricmanager units (no systemd?)"
   fi
+  copy_repo "$c"
   if [ -n "$stub_hash" ] && [ "$have_stub" != "$stub_hash" ]; then
     copy_stub "$c" "$stub_hash"
     log "$h: /opt/sglang-stub updated ($stub_hash)"

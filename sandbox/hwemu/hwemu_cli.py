@@ -16,6 +16,7 @@ import time
 # model.py and scenarios.py sit next to this file (on the hosts: /opt/hwemu)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fwtools
+import hoststack
 import model
 import scenarios
 
@@ -122,12 +123,20 @@ def read_load():
         return None
 
 
+def hoststack_view():
+    """The host's installed NVIDIA stack (hoststack.py), or None on a host whose stack dpkg never saw."""
+    return hoststack.view(run_dir(), root_dir())
+
+
 def load_state():
     name = current_scenario()
     if name in scenarios.REAL_SCENARIOS:
         return None
     st = model.build_state(name, hostname())
     st["fabric_state"] = fabric_state()
+    hs = hoststack_view()
+    if hs is not None:       # the installed stack decides driver and fabric (hoststack.py); else the scenario does
+        hoststack.apply(st, hs, fabric_delay_s())
     fwtools.apply_fw_state(st, root_dir(), boot_epoch())   # burned / activated firmware (fwtools.py)
     ld = read_load()
     if ld:
@@ -188,6 +197,11 @@ def _opt_value(argv, i, name):
 def nvidia_smi(argv):
     real = current_scenario() in scenarios.REAL_SCENARIOS
     st = None if real else load_state()
+    if st is not None and st.get("hoststack") is not None:
+        err = hoststack.smi_error(hoststack_view())
+        if err:      # no module loaded, userspace != module, proprietary modules on Blackwell (hoststack.py)
+            sys.stdout.write(err[0])
+            sys.exit(err[1])
     sub = argv[0] if argv and not argv[0].startswith("-") else None
     if sub == "topo":
         if real:
@@ -403,13 +417,16 @@ def ofed_info(argv):
 
 def modinfo(argv):
     st = load_state()
-    field = None
+    field = kernel = None
     mods = []
     i = 0
     while i < len(argv):
         a = argv[i]
         if a in ("-F", "--field"):
             field = argv[i + 1]
+            i += 1
+        elif a in ("-k", "--set-version"):
+            kernel = argv[i + 1]
             i += 1
         elif a.startswith("--field="):
             field = a.split("=", 1)[1]
@@ -420,6 +437,8 @@ def modinfo(argv):
         i += 1
     if not mods:
         die("modinfo: ERROR: missing module or filename.", 1)
+    if st is not None and st.get("hoststack") is not None:
+        return modinfo_installed(mods, field, kernel or hoststack.running_kernel())
     rc = 0
     for m in mods:
         if m == "mlx5_core" and st is not None:
@@ -950,6 +969,10 @@ def lsmod(argv):
     st = load_state()
     if st is None:
         return out("Module                  Size  Used by\n")
+    if st.get("hoststack") is not None:     # the installed stack's loaded list (hoststack.py)
+        return out("Module                  Size  Used by\n" + "".join(
+            "%-24s%8s  0\n" % tuple(ln.split()[:2]) for ln in hoststack.proc_modules_text(st["hoststack"]["loaded"])
+            .splitlines()))
     return out(model.render_lsmod(st))
 
 
@@ -1199,6 +1222,79 @@ def ethtool(argv):
     return out("NIC statistics:\n" + "".join("     %s: %d\n" % (c, vals[c]) for c in vals))
 
 
+def modinfo_installed(mods, field, kernel):
+    """`modinfo [-k KERNEL] [-F FIELD] MODULE...` from the installed packages (hoststack.kernel_modules): kmod's
+    `modinfo: ERROR: Module X not found.` (rc 1) for a module no package of that kernel provides."""
+    have = hoststack.kernel_modules(hoststack.installed_packages(), kernel)
+    rc = 0
+    for m in mods:
+        info = have.get(m)
+        if info is None:
+            sys.stderr.write("modinfo: ERROR: Module %s not found.\n" % m)
+            rc = 1
+            continue
+        f = {"filename": info["filename"], "version": info.get("version", ""), "name": m,
+             "vermagic": "%s SMP preempt mod_unload modversions " % kernel, "signer": info["signer"],
+             "sig_key": "" if not info["signer"] else "hwemu", "sig_hashalgo": "" if not info["signer"] else "sha512"}
+        if field:
+            if f.get(field):
+                out(f[field] + "\n")
+        else:
+            out("".join("%-15s %s\n" % (k + ":", v) for k, v in f.items() if v))
+    sys.exit(rc)
+
+
+def modprobe_tool(argv):
+    """`modprobe NAME...` (hoststack.record_modprobe): loads what an installed package of the running kernel provides
+    (kept for this boot in the run dir), else kmod's `modprobe: FATAL: Module X not found in directory ...` rc 1."""
+    names = [a for a in argv if not a.startswith("-")]
+    if not names:
+        die("modprobe: ERROR: missing parameters. See -h.", 1)
+    rc, err = hoststack.record_modprobe(run_dir(), root_dir(), names)
+    if rc:
+        die(err, rc)
+
+
+def mokutil(argv):
+    """`mokutil --sb-state`: mokutil's `SecureBoot enabled|disabled` from <root>/state/secure_boot (default disabled)."""
+    if argv[:1] != ["--sb-state"]:
+        die("mokutil (hwemu stand-in): only --sb-state is emulated", 1)
+    try:
+        with open(os.path.join(state_dir(), "secure_boot")) as fh:
+            on = fh.read().strip() == "enabled"
+    except OSError:
+        on = False
+    out("SecureBoot %s\n" % ("enabled" if on else "disabled"))
+
+
+def _keep_running(argv):
+    """The daemon part: `--no-wait` returns (tests); `--fork` leaves a `sleep infinity` child and exits 0, as a
+    Type=forking unit's start does (the real nvidia-fabricmanager.service is Type=forking: systemd then logs
+    "Starting ..." before the start's lines, which the proof uses to judge the last start); else sleep here."""
+    if "--no-wait" in argv:
+        return None
+    if "--fork" in argv:
+        sys.stdout.flush()
+        if os.fork() == 0:
+            os.setsid()
+            os.execv("/bin/sleep", ["sleep", "infinity"])
+        os._exit(0)
+    os.execv("/bin/sleep", ["sleep", "infinity"])
+
+
+def fabricmanager(argv):
+    """The emulated nvidia-fabricmanager unit's ExecStart. A host whose stack dpkg never saw: keeps running, as the
+    unit always did. Otherwise the start judged from the installed stack (hoststack.fabric_manager_start): its lines
+    go to stdout (the unit's journal), a failure exits 1 (systemd then logs the unit failed), success keeps running."""
+    res = hoststack.record_fm_start(run_dir(), root_dir(), bridge=True)
+    if res is not None:
+        ok, lines = res
+        out("".join(ln + "\n" for ln in lines))
+        if not ok:
+            sys.exit(1)
+    return _keep_running(argv)
+
+
 TOOLS = {
     "nvidia-smi": nvidia_smi, "ibstat": ibstat, "ibv_devinfo": ibv_devinfo, "mlxfwmanager": mlxfwmanager,
     "mlxup": lambda a: mlxfwmanager(a, "mlxup"), "ofed_info": ofed_info, "modinfo": modinfo, "flint": flint,
@@ -1206,6 +1302,7 @@ TOOLS = {
     "gpu_burn": gpu_burn, "gpu-burn": gpu_burn, "hwemu-scenario": hwemu_scenario,
     "nvidia-modprobe": nvidia_modprobe, "journalctl": journalctl, "dmesg": dmesg, "devlink": devlink,
     "lspci": lspci, "setpci": setpci, "lsmod": lsmod, "ib_write_bw": ib_write_bw, "ethtool": ethtool,
+    "modprobe": modprobe_tool, "mokutil": mokutil, "nv-fabricmanager-emu": fabricmanager,
 }
 
 

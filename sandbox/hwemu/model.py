@@ -308,13 +308,18 @@ def gpu_element(st, g, tmpl):
     fabric_done = st.get("fabric_state", "Completed") == "Completed"
     s("fabric/state", "Completed" if fabric_done else "In Progress")
     s("fabric/status", "Success" if fabric_done else "N/A")
-    s("fabric/cliqueId", st["clique_id"])
-    s("fabric/clusterUuid", st["cluster_uuid"])
+    # a host whose installed stack never let the fabric register (hoststack.py): no clique, no cluster, health N/A,
+    # as the real In Progress block of gpu-operator #2511 prints (tests/fixtures/real-world/host_stack)
+    unregistered = not fabric_done and st.get("hoststack") is not None
+    s("fabric/cliqueId", "N/A" if unregistered else st["clique_id"])
+    s("fabric/clusterUuid", "N/A" if unregistered else st["cluster_uuid"])
     health = {"summary": "Limited Capacity" if degraded else "Healthy",
               "bandwidth": "Degraded" if degraded else "Full",
               "route_recovery_in_progress": "False", "route_unhealthy": "False",
               "access_timeout_recovery": "False", "incorrect_configuration": "None", "partition_assigned": "N/A"}
     health.update(g.get("fabric_health") or {})
+    if unregistered:
+        health["summary"] = "N/A"
     for k, v in health.items():
         s("fabric/health/" + k, v)
     sc = e.find("supported_clocks")

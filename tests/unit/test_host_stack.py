@@ -210,7 +210,7 @@ def test_healthy_host_every_check_passes_and_plan_is_empty():
                                           "CliqueId 0")
     assert v["gdr_path"]["found"].startswith("dma_buf")
     p = hs.plan(STACK, st)
-    assert p == {"install": [], "hold": [], "unhold": [], "remove": [], "modprobe": [], "acts": False,
+    assert p == {"install": [], "hold": [], "unhold": [], "remove": [], "modprobe": [], "restart": [], "acts": False,
                  "reboot": False, "reboot_reasons": [], "refusals": [], "notes": []}
 
 
@@ -346,13 +346,20 @@ def test_trap_dkms_build_failed_for_next_kernel_refused_before_reboot():
 
 
 def test_trap_secure_boot_unsigned_module_refused_never_enrolled():
+    """An unsigned nvidia module on a Secure Boot host: the proof fails naming the manual MOK route. The plan refuses
+    while an unsigned DKMS build under updates/ stays (it would win over the signed package's module at the next
+    boot); where the module is the one the signed prebuilt package replaces, the stage installs that and proceeds."""
     st = healthy_state()
-    st["next_kernel_modules"]["nvidia"]["signer"] = None
+    st["next_kernel_modules"]["nvidia"] = {"path": "/lib/modules/%s/updates/dkms/nvidia.ko.zst" % K, "signer": None}
     st["dpkg"] = dpkg_text({n: x for n, x in pkgs_versions().items() if "linux-modules-nvidia" not in n})
+    st["apt_policy"] = policy_text(pkgs_versions(), absent={"linux-modules-nvidia-580-server-open-%s" % K})
     f = verdicts(st)["secure_boot_signed"]
     assert f["verdict"] == "fail" and "nvidia for kernel" in f["found"] and "never by automation" in f["fix"]
     p = hs.plan(STACK, st)
     assert any(x.startswith("secure_boot_signed:") for x in p["refusals"])
+    st["next_kernel_modules"]["nvidia"]["path"] = "/lib/modules/%s/kernel/nvidia-580srv/nvidia.ko" % K
+    p = hs.plan(STACK, st)
+    assert p["refusals"] == [] and p["install"] == ["linux-modules-nvidia-580-server-open-%s=580.173.02%s" % (K, REV)]
     st["sb_state"] = "SecureBoot disabled\n"
     assert "secure_boot_signed" not in verdicts(st)
 
@@ -421,7 +428,10 @@ def test_module_reads_a_tree_read_only_in_check_mode(tmp_path):
     smi.chmod(0o755)
     sysfs = synth.make_sysfs(tmp_path / "sys", nics=1, nic_device_id="1021", sw_mng=(1,))
     rc, res = run_module("host_stack_facts", {"stack": STACK, "host": "b300a", "root": str(root),
-                                              "bin_path": [str(bin_dir)], "sysfs_root": sysfs}, tmp_path, check=True)
+                                              "bin_path": [str(bin_dir)], "sysfs_root": sysfs,
+                                              "read_files": ["/etc/modules-load.d/b300-host-stack.conf",
+                                                             "/etc/apt/preferences.d/b300-host-stack.pref"]},
+                         tmp_path, check=True)
     assert rc == 0, res
     f = res["ansible_facts"]["host_stack"]
     v = {c["check"]: c for c in f["checks"]}
@@ -432,6 +442,8 @@ def test_module_reads_a_tree_read_only_in_check_mode(tmp_path):
     assert f["plan"]["refusals"] and f["plan"]["install"] == []
     assert any(m.startswith("b300a: host_stack check packages_declared failed") for m in f["failures"])
     assert res["changed"] is False
+    assert f["files"] == {"/etc/modules-load.d/b300-host-stack.conf": "mlx5_ib\nib_umad\n",
+                          "/etc/apt/preferences.d/b300-host-stack.pref": None}
     assert os.listdir(root / "etc" / "modules-load.d") == ["b300-host-stack.conf"]
 
 
@@ -489,7 +501,7 @@ def _render(name, **ctx):
 def test_apt_preferences_pin_every_versioned_package_above_1000():
     """apt_preferences(5): Package / Pin: version <glob> / Pin-Priority; > 1000 installs the pinned version even as a
     downgrade, so a second source's newer build never wins."""
-    text = _render("apt-preferences.j2", ansible_facts={"kernel": K})
+    text = _render("apt-preferences.j2", ansible_facts={"host_stack": {"running_kernel": K}})
     stanzas = [b for b in text.split("\n\n") if b.startswith("Package:")]
     pins = {b.splitlines()[0].split(": ", 1)[1]: b.splitlines()[1] for b in stanzas}
     assert pins["nvidia-fabricmanager-580"] == "Pin: version 580.173.02-*"
@@ -517,3 +529,28 @@ def test_nvlink_link_down_or_slow_fails_real_h200_format(real_fixtures):
     st["nvlink_s"] = (real_fixtures / "nvidia-h200x2-vm" / "nvlink-s.txt").read_text()
     f = verdicts(st)["nvlink_speed"]
     assert f["verdict"] == "fail" and f["found"].startswith("GPU 0: 0 of 18 links at >= 53.125 GB/s (26.562)")
+
+
+def test_fm_journal_judges_the_last_start_only():
+    """A restart after a fix leaves this boot's failed start above it: the last start (systemd's "Starting ..." line,
+    as in nvtrust #128's real journal) decides; a failure after a success fails."""
+    start = "Jan 05 14:44:41 b300a systemd[1]: Starting nvidia-fabricmanager.service - NVIDIA fabric manager service...\n"
+    failed = start + "Jan 05 14:44:41 b300a nvidia-fabricmanager-start.sh[1]: /opt/nvidia/nvlsm/sbin/nvlsm does not exist\n"
+    good = start + "Jan 05 14:50:02 b300a nv-fabricmanager[9]: %s\n" % hs.FM_SUCCESS_NVL5
+    assert hs.parse_fm_journal(failed + good)["success_nvl5"] and not hs.parse_fm_journal(failed + good)["nvlsm_missing"]
+    assert hs.parse_fm_journal(good + failed)["nvlsm_missing"] and not hs.parse_fm_journal(good + failed)["success_nvl5"]
+    assert hs.parse_fm_journal(real("fm_journal_pre_nvl5_nothing_to_do.txt"))["pre_nvl5"]
+
+
+def test_installed_but_never_rebooted_owes_the_reboot():
+    """An earlier run installed and held the stack and stopped before its reboot (host_stack_reboot=stop, or a reboot
+    that never came back): nothing to install, but the plan still reboots, saying why; the proof says no driver."""
+    st = healthy_state()
+    st["proc_version"] = ""
+    p = hs.plan(STACK, st)
+    assert p["install"] == [] and not p["acts"] and p["reboot"]
+    assert p["reboot_reasons"] == ["linux-modules-nvidia-580-server-open-%s, nvidia-driver-580-server-open installed, "
+                                   "no driver loaded: the reboot after the install is pending" % K]
+    assert verdicts(st)["driver_open_flavour"]["verdict"] == "fail"
+    st["dpkg"] = ""
+    assert "no driver loaded" not in " ".join(hs.plan(STACK, st)["reboot_reasons"])

@@ -17,7 +17,7 @@ description:
     remove, reboot and why, refusals) and the proof (one check per line with verdict, found, expected, fix).
   - Read-only; runs in check mode too. Missing tools (nvidia-smi, mokutil, journalctl) are read as empty output
     and the checks that need them fail with what was found.
-  - Tools looked up in O(bin_path) before C(PATH) - nvidia-smi, mokutil.
+  - Tools looked up in O(bin_path) before C(PATH) - nvidia-smi, mokutil, modinfo.
 version_added: "1.3.0"
 extends_documentation_fragment: [ansible.builtin.action_common_attributes, b300.rollout.common, ansible.builtin.action_common_attributes.facts, b300.rollout.hw]
 attributes:
@@ -33,6 +33,19 @@ options:
     description: Root under which C(/proc), C(/etc), C(/boot) and C(/lib/modules) are read (tests and the sandbox).
     type: path
     default: /
+  proc_root:
+    description:
+      - Directory read for C(modules) and C(driver/nvidia/version) instead of C(<root>/proc) (the sandbox's emulated
+        driver writes its own there, sandbox/hwemu/hoststack.py); empty - C(<root>/proc).
+    type: path
+    default: ""
+  read_files:
+    description:
+      - Files (under O(root)) whose text is returned in C(files), so the caller writes one only where it differs (the
+        role's apt pins, unattended-upgrades blacklist and modules-load.d file).
+    type: list
+    elements: path
+    default: []
   host:
     description: Host name the failure messages carry.
     type: str
@@ -57,24 +70,28 @@ ansible_facts:
     host_stack:
       description: >-
         plan (install - name=version in install order, hold, unhold, remove, modprobe - modules to load now, acts - any
-        of those five,
+        of those five, restart - units to restart when no reboot follows (the fabric manager after its version,
+        NVLSM or the bridge modules changed),
         reboot - bool, reboot_reasons, refusals - non-empty means change nothing, notes), checks (check, verdict -
         pass, fail, warn or skip, found, expected, fix, evidence), summary (one line per check - check, verdict,
         found), verdicts (check -> verdict), failures (one line per failing check - host, check, found, expected, fix),
-        running_kernel, next_kernel, secure_boot (true, false or null) and sw_mng_devices.
+        running_kernel, next_kernel, secure_boot (true, false or null), sw_mng_devices and files (path -> its text,
+        null when absent or unreadable; the paths of O(read_files)).
       type: dict
       returned: always
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.b300.rollout.plugins.module_utils.hoststack.host_stack_io import gather, report
+from ansible_collections.b300.rollout.plugins.module_utils.hoststack.host_stack_io import gather, read_text, report
 from ansible_collections.b300.rollout.plugins.module_utils.hw.tools import find_tool, hw_argument_spec
 
 
 def main():
     module = AnsibleModule(
         argument_spec=dict(hw_argument_spec(), stack=dict(type="dict", required=True),
-                           root=dict(type="path", default="/"), host=dict(type="str", required=True)),
+                           root=dict(type="path", default="/"), proc_root=dict(type="path", default=""),
+                           read_files=dict(type="list", elements="path", default=[]),
+                           host=dict(type="str", required=True)),
         supports_check_mode=True,
     )
     p = module.params
@@ -89,8 +106,10 @@ def main():
     def find(name, extra):
         return find_tool(module, name, extra)
 
-    state = gather(run, find, p["stack"], p["root"], p["bin_path"], p["sysfs_root"])
-    module.exit_json(changed=False, ansible_facts={"host_stack": report(p["stack"], state, p["host"])})
+    state = gather(run, find, p["stack"], p["root"], p["bin_path"], p["sysfs_root"], p["proc_root"] or None)
+    fact = report(p["stack"], state, p["host"])
+    fact["files"] = {f: read_text(p["root"], f) for f in p["read_files"]}
+    module.exit_json(changed=False, ansible_facts={"host_stack": fact})
 
 
 if __name__ == "__main__":

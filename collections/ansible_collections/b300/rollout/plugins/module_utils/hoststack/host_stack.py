@@ -108,13 +108,18 @@ FM_MISMATCH_RE = re.compile(r"fabric manager NVIDIA GPU driver interface version
 
 
 def parse_fm_journal(text):
-    """The fabric manager's (and NVLSM's) journal -> what the start said.
+    """The fabric manager's (and NVLSM's) journal -> what its last start said.
 
     Lines: ``Detected Pre-NVL5 system`` / ``Detected NVL5 system`` (the start script's platform detection),
     NV_WARN_NOTHING_TO_DO, the version mismatch message, ``nvlsm does not exist``, the success lines, NVLSM's
     ``Entering MASTER state`` and ``Started "Nvidia NVLink Subnet Manager"`` (host-stack-facts.md, B300 field report).
     """
     t = text or ""
+    # only the last start counts (a restart after a fix leaves the failed start of this boot above it): systemd logs
+    # "Starting nvidia-fabricmanager.service - NVIDIA fabric manager service..." for each (nvtrust #128's journal)
+    last = t.rfind("Starting nvidia-fabricmanager")
+    if last >= 0:
+        t = t[t.rfind("\n", 0, last) + 1:]
     mm = None
     for m in FM_MISMATCH_RE.finditer(t):
         mm = {"fabric_manager": m.group(1), "driver": m.group(2)}
@@ -268,7 +273,9 @@ def stack_packages(stack, kernel):
     for p in stack.get("packages") or []:
         out.append({"name": p["name"].replace("{kernel}", kernel or "UNKNOWN-KERNEL"),
                     "version": (p.get("version") or "").replace("{kernel}", kernel or ""),
-                    "group": p.get("group"), "reboot": bool(p.get("reboot")), "hold": p.get("hold", True)})
+                    "group": p.get("group"), "reboot": bool(p.get("reboot")), "hold": p.get("hold", True),
+                    "modules": list(p.get("modules") or []), "signed": bool(p.get("signed")),
+                    "per_kernel": "{kernel}" in p["name"]})
     return out
 
 
@@ -344,9 +351,32 @@ def _resolve(pkg, policy, sources):
     return next(iter(offered)), None
 
 
+def _after_install(pkgs, install, remove, state):
+    """The state with the next kernel's modules as they will be after this run: a per-kernel package this run installs
+    for the running kernel (``modules`` in stacks.yml) provides its modules (signed when the package is), replacing
+    what a removed package (a DKMS build) had built. Only when the next kernel is the running one: a newer kernel
+    gets nothing from packages named for the running kernel."""
+    nk, kernel = state.get("next_kernel"), state.get("running_kernel")
+    names = {i.split("=")[0] for i in install}
+    if not names or nk != kernel:
+        return state
+    mods = dict(state.get("next_kernel_modules") or {})
+    dkms_removed = any("dkms" in r for r in remove)
+    for p in pkgs:
+        if p["per_kernel"] and p["name"] in names:
+            for m in p["modules"]:
+                old = (mods.get(m) or {}).get("path") or ""
+                if "/updates/" in old and not dkms_removed:
+                    continue    # a DKMS build under updates/ that stays wins over the package's (depmod's order)
+                mods[m] = {"path": "/lib/modules/%s (%s, this run)" % (nk, p["name"]),
+                           "signer": "signed package %s" % p["name"] if p["signed"] else None}
+    return dict(state, next_kernel_modules=mods)
+
+
 def plan(stack, state):
-    """What the stage would do: {install, hold, unhold, remove, modprobe, acts, reboot, reboot_reasons, refusals,
-    notes}; ``acts``: any of the first five is non-empty.
+    """What the stage would do: {install, hold, unhold, remove, modprobe, restart, acts, reboot, reboot_reasons,
+    refusals, notes}; ``acts``: any of the first five is non-empty; ``restart``: the fabric manager's unit when its
+    version, NVLSM or the bridge modules change and no reboot follows.
 
     ``install`` is in the stack's order, ``name=debian-version`` each; ``refusals`` non-empty means nothing may be
     changed (the role asserts before acting).
@@ -357,7 +387,7 @@ def plan(stack, state):
     holds = holds_of(state)
     policy = parse_apt_policy(state.get("apt_policy"))
     sources = stack.get("apt_source_match") or []
-    res = {"install": [], "hold": [], "unhold": [], "remove": [], "modprobe": [], "reboot": False,
+    res = {"install": [], "hold": [], "unhold": [], "remove": [], "modprobe": [], "restart": [], "reboot": False,
            "reboot_reasons": [], "refusals": [], "notes": []}
     loaded = parse_proc_modules(state.get("proc_modules"))
     res["modprobe"] = [m for m in stack.get("modules_load_at_boot") or [] if m not in loaded]
@@ -398,10 +428,26 @@ def plan(stack, state):
         res["reboot"] = True
         res["reboot_reasons"].append("running driver %s %s, declared open %s" % (
             running["flavour"], running["version"], want))
-    for f in next_kernel_findings(stack, state):
+    boot_pkgs = [p["name"] for p in pkgs if p["reboot"]]
+    if running is None and not res["reboot"] and boot_pkgs and all(
+            version_matches(installed.get(n), next(p["version"] for p in pkgs if p["name"] == n)) for n in boot_pkgs):
+        # installed by an earlier run that stopped before its reboot (host_stack_reboot=stop, or a reboot that did
+        # not come back): the reboot is still owed
+        res["reboot"] = True
+        res["reboot_reasons"].append("%s installed, no driver loaded: the reboot after the install is pending" %
+                                     ", ".join(boot_pkgs))
+    for f in next_kernel_findings(stack, _after_install(pkgs, res["install"], res["remove"], state)):
         if f["verdict"] == "fail" and (res["install"] or res["reboot"]):
             # refuse only when the stage would change something that needs the next boot; the proof reports it anyway
             res["refusals"].append("%s: %s; fix: %s" % (f["check"], f["found"], f["fix"]))
+    # the fabric manager reads its version, NVLSM and the bridge modules when it starts: a change to any of them that
+    # no reboot follows needs a restart of the unit, or the fabric stays where it was (In Progress)
+    fm_inputs = [i.split("=")[0] for i in res["install"]
+                 if next((p["group"] for p in pkgs if p["name"] == i.split("=")[0]), None) in ("driver", "nvlsm")]
+    if stack.get("nvlink5") and not res["reboot"] and (fm_inputs or res["modprobe"]):
+        res["restart"] = [stack.get("fabric_manager_service") or "nvidia-fabricmanager"]
+        res["notes"].append("restart %s: %s changed without a reboot" % (
+            res["restart"][0], ", ".join(fm_inputs + res["modprobe"])))
     res["acts"] = bool(res["install"] or res["remove"] or res["hold"] or res["unhold"] or res["modprobe"])
     return res
 

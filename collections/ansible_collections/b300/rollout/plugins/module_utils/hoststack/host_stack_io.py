@@ -8,6 +8,7 @@ reading runs under Ansible and on the lent GPU machine without it. Read-only: no
 from __future__ import annotations
 
 import glob
+import gzip
 import os
 import platform
 
@@ -23,20 +24,41 @@ def _read(path):
         return ""
 
 
+def read_text(root, path):
+    """The text of ``path`` under ``root``, or None when absent or unreadable (a file the caller may have to write)."""
+    try:
+        with open(os.path.join(root, path.lstrip("/"))) as fh:
+            return fh.read()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _read_gz(path):
+    try:
+        with gzip.open(path, "rt") as fh:
+            return fh.read()
+    except (OSError, EOFError, UnicodeDecodeError):
+        return ""
+
+
 def _kernel_key(release):
     return [int(x) if x.isdigit() else x for x in release.replace("-", ".").split(".")]
 
 
-def gather(run, find, stack, root="/", bin_path=(), sysfs_root="/sys"):
+def gather(run, find, stack, root="/", bin_path=(), sysfs_root="/sys", proc_root=None):
     """The host's state as texts. ``next_kernel``: the newest /boot/vmlinuz-* (GRUB's default on Ubuntu/Debian),
     else the running kernel. The journal: this boot's last 20000 lines of the fabric manager's unit (its start script
     also runs NVLSM, whose lines land there; ``nvidia-nvlsm`` is read too where a separate unit exists); a chattier
-    fabric manager pushes the start's success line out and the check fails saying so, never passes blind."""
+    fabric manager pushes the start's success line out and the check fails saying so, never passes blind.
+    ``proc_root``: where ``modules`` and ``driver/nvidia/version`` are read (default <root>/proc; the sandbox's
+    emulated driver writes its own, sandbox/hwemu/hoststack.py); modinfo and mokutil are looked up in bin_path first."""
     def r(*parts):
         return os.path.join(root, *parts)
 
     def tool(name, extra=()):
         return find(name, list(extra))
+
+    proc = proc_root or r("proc")
 
     running = platform.release()
     kernels = sorted((os.path.basename(p)[len("vmlinuz-"):] for p in glob.glob(r("boot", "vmlinuz-*"))),
@@ -49,7 +71,7 @@ def gather(run, find, stack, root="/", bin_path=(), sysfs_root="/sys"):
     policy = run([tool("apt-cache"), "policy"] + names) if hs.needs_apt_policy(
         stack, {"dpkg": dpkg, "running_kernel": running}) else ""
     mods = {}
-    modinfo = tool("modinfo")
+    modinfo = tool("modinfo", bin_path)
     for m in stack.get("boot_modules") or []:
         fn = run([modinfo, "-k", nxt, "-F", "filename", m]).strip()
         signer = run([modinfo, "-k", nxt, "-F", "signer", m]).strip() if fn else ""
@@ -65,15 +87,17 @@ def gather(run, find, stack, root="/", bin_path=(), sysfs_root="/sys"):
         "holds": "",
         "apt_policy": policy,
         "apt_config": run([tool("apt-config"), "dump"]),
-        "proc_modules": _read(r("proc", "modules")),
-        "proc_version": _read(r("proc", "driver", "nvidia", "version")),
+        "proc_modules": _read(os.path.join(proc, "modules")),
+        "proc_version": _read(os.path.join(proc, "driver", "nvidia", "version")),
         "smi_q": run([tool("nvidia-smi", bin_path), "-q"]),
         "nvlink_s": run([tool("nvidia-smi", bin_path), "nvlink", "-s"]),
         "fm_journal": run([tool("journalctl"), "-b", "--no-pager", "-o", "short", "-n", "20000", "-u",
                            "nvidia-fabricmanager", "-u", "nvidia-nvlsm"]),
         "sb_state": run([tool("mokutil", bin_path), "--sb-state"]),
         "running_kernel": running, "next_kernel": nxt, "next_kernel_modules": mods,
-        "kernel_config": _read(r("boot", "config-%s" % nxt)),
+        # the next kernel's config; for the running kernel without one in /boot, its own /proc/config.gz
+        "kernel_config": _read(r("boot", "config-%s" % nxt)) or (
+            _read_gz(os.path.join(proc, "config.gz")) if nxt == running else ""),
         "modules_load": load, "sw_mng_devices": bridges,
         "unattended_upgrades_installed": "unattended-upgrades" in hs.parse_dpkg(dpkg),
     }
