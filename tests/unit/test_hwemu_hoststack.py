@@ -20,7 +20,6 @@ import platform
 import shutil
 import subprocess
 import pathlib
-import sys
 
 import pytest
 import yaml
@@ -30,8 +29,7 @@ from ansible_collections.b300.rollout.plugins.module_utils.hoststack import host
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 HWEMU = ROOT / "sandbox" / "hwemu"
-sys.path.insert(0, str(HWEMU))
-import hwemu_cli  # noqa: E402  (sandbox/hwemu: the code every bin/ stand-in runs)
+import hwemu_cli  # noqa: E402  (sandbox/hwemu, on the path by pytest.ini: the code every bin/ stand-in runs)
 SOURCE = "file:/opt/b300-hoststack-repo ./ Packages"
 STACK = dict(yaml.safe_load((ROOT / "roles" / "host_stack" / "vars" / "stacks.yml").read_text())["host_stack_stacks"][
     "b300-noble-580.173"], apt_source_match=["file:/opt/b300-hoststack-repo"])
