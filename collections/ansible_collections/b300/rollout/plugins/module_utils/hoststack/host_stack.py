@@ -464,13 +464,31 @@ def _unattended_covered(names, blacklist):
 
 
 def checks(stack, state):
-    """The proof: [{check, verdict pass|fail|warn|skip, found, expected, fix, evidence}] in a fixed order."""
+    """The proof: [{check, verdict pass|fail|warn|skip, found, expected, fix, evidence}] in a fixed order: the driver,
+    the packages, unattended-upgrades, the kernel modules, the fabric manager / NVLSM / bridge, the fabric, NVLink,
+    persistence, the GPUDirect path, the next kernel."""
     kernel = state.get("running_kernel")
     pkgs = stack_packages(stack, kernel)
+    pv = parse_proc_version(state.get("proc_version"))
+    loaded = parse_proc_modules(state.get("proc_modules"))
+    nvl5 = bool(stack.get("nvlink5"))
+    out = [_driver_check(stack, state, pv)]
+    out += _package_checks(stack, state, pkgs)
+    out.append(_unattended_check(state, pkgs))
+    out += _module_checks(stack, state, loaded, kernel)
+    out += _fabric_manager_checks(state, nvl5)
+    out.append(fabric_check(parse_smi_q(state.get("smi_q")), nvl5))
+    out.append(nvlink_check(stack, state.get("nvlink_s"), nvl5))
+    out.append(persistence_check(parse_smi_q(state.get("smi_q"))))
+    out.append(gdr_check(stack, pv, loaded, state.get("kernel_config")))
+    out += list(next_kernel_findings(stack, state))
+    return out
+
+
+def _driver_check(stack, state, pv):
+    """1. The loaded driver: the open flavour at the declared version (/proc/driver/nvidia/version)."""
     want = stack["driver"]["version"]
     out = []
-    # 1. open flavour, declared version
-    pv = parse_proc_version(state.get("proc_version"))
     if pv is None:
         out.append(_finding("driver_open_flavour", "fail", "no NVIDIA driver loaded (/proc/driver/nvidia/version "
                             "absent)", "NVIDIA UNIX Open Kernel Module %s" % want,
@@ -488,7 +506,14 @@ def checks(stack, state):
     else:
         out.append(_finding("driver_open_flavour", "pass", "Open Kernel Module %s" % pv["version"], want, None,
                             evidence=(state.get("proc_version") or "").splitlines()[0]))
-    # 2. packages at the declared version, one version across driver / FM / NVLSM-adjacent packages, held
+    return out[0]
+
+
+def _package_checks(stack, state, pkgs):
+    """2. Every stack package at its declared version, one version across the driver group (driver, fabric manager,
+    NSCQ, IMEX), every one held."""
+    want = stack["driver"]["version"]
+    out = []
     installed = parse_dpkg(state.get("dpkg"))
     holds = holds_of(state)
     wrong = ["%s %s (declared %s)" % (p["name"], installed.get(p["name"]) or "absent", p["version"]) for p in pkgs
@@ -515,7 +540,12 @@ def checks(stack, state):
                         "apt-mark hold on every stack package",
                         "apt-mark hold %s" % " ".join(unheld) if unheld else (
                             None if any_installed else "run the host_stack stage")))
-    # 3. unattended-upgrades kept away
+    return out
+
+
+def _unattended_check(state, pkgs):
+    """3. unattended-upgrades kept away from the stack's packages (its blacklist), or not active."""
+    out = []
     uu = state.get("unattended_upgrades_installed")
     conf = parse_apt_config(state.get("apt_config"))
     if uu and conf["periodic_unattended"] not in (None, "0"):
@@ -530,8 +560,12 @@ def checks(stack, state):
     else:
         out.append(_finding("unattended_upgrades_away", "pass", "unattended-upgrades not active", "not active or "
                             "blacklisted", None))
-    # 4. modules loaded and loaded at boot
-    loaded = parse_proc_modules(state.get("proc_modules"))
+    return out[0]
+
+
+def _module_checks(stack, state, loaded, kernel):
+    """4. The kernel modules the stack needs loaded now, and listed in /etc/modules-load.d for the next boot."""
+    out = []
     need = list(stack.get("loaded_modules") or [])
     miss = [m for m in need if m not in loaded]
     out.append(_finding("modules_loaded", "fail" if miss else "pass",
@@ -549,8 +583,12 @@ def checks(stack, state):
                         ", ".join(stack.get("modules_load_at_boot") or []),
                         "run the host_stack stage (it writes /etc/modules-load.d/b300-host-stack.conf)"
                         if boot_miss else None))
-    # 5. the NVSwitch management bridge, the fabric manager's and NVLSM's journal, the fabric state
-    nvl5 = bool(stack.get("nvlink5"))
+    return out
+
+
+def _fabric_manager_checks(state, nvl5):
+    """5. The NVSwitch management bridge (NVLink 5), the fabric manager's journal (its last start) and NVLSM's."""
+    out = []
     bridges = state.get("sw_mng_devices") or []
     if nvl5:
         out.append(_finding("sw_mng_bridge", "pass" if bridges else "fail",
@@ -582,11 +620,6 @@ def checks(stack, state):
                             "NVLSM entered MASTER state" if ok else "no 'Entering MASTER state' from NVLSM",
                             "NVLSM master on the management port", None if ok else
                             "install nvlsm, check ib_umad and the SW_MNG port, restart nvidia-fabricmanager"))
-    out.append(fabric_check(parse_smi_q(state.get("smi_q")), nvl5))
-    out.append(nvlink_check(stack, state.get("nvlink_s"), nvl5))
-    out.append(persistence_check(parse_smi_q(state.get("smi_q"))))
-    out.append(gdr_check(stack, pv, loaded, state.get("kernel_config")))
-    out += list(next_kernel_findings(stack, state))
     return out
 
 
