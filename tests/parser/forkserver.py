@@ -120,9 +120,21 @@ def enabled():
     return os.environ.get("B300_PARSER_FORKSERVER", "1") != "0"
 
 
+STANDINS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "tools",
+                        "sglang_argcheck", "standins")
+
+
+def sglang(python):
+    """The server of one CPU venv with sglang's parser imported and the stand-ins after site-packages, as
+    check_argv.py arranges them: what every parser test runs its probes in (one per venv, whoever asks first)."""
+    return get(python, ["sglang.srt.server_args"], [STANDINS])
+
+
 def get(python, preload, append_path=()):
-    """The shared server of (python, preload, append_path), started on first use; closed at exit."""
-    key = (str(python), tuple(preload), tuple(str(p) for p in append_path))
+    """The shared server of (python, preload, append_path), started on first use; closed at exit. Keyed by the
+    interpreter's path as given, NOT its realpath: every venv's bin/python links to the same base interpreter, and
+    the venv (its site-packages, so its sglang version) is told by the link's own path."""
+    key = (os.path.abspath(str(python)), tuple(preload), tuple(str(p) for p in append_path))
     if key not in _SERVERS:
         _SERVERS[key] = ForkServer(python, preload, append_path)
     return _SERVERS[key]

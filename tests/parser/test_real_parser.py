@@ -50,8 +50,7 @@ def venvs():
 
 def real_server(version):
     """The fork server of the version's CPU venv (tests/parser/forkserver.py): sglang's parser imported once."""
-    return forkserver.get(check_argv.venv_python(version, build=False), ["sglang.srt.server_args"],
-                          [TOOLS / "standins"])
+    return forkserver.sglang(check_argv.venv_python(version, build=False))
 
 
 def real_check(version, argvs, tmp_path):

@@ -67,7 +67,7 @@ def verifier(python, calls):
     if forkserver.enabled():
         # each call `python -m sglang.srt.utils.model_file_verifier ARGS` in a child of the venv's fork server
         # (sglang imported once for both test modules; tests/parser/forkserver.py)
-        server = forkserver.get(python, ["sglang.srt.server_args"], [ROOT / "tools/sglang_argcheck/standins"])
+        server = forkserver.sglang(python)
         out = []
         for argv in calls:
             rc, so, se = server.run(["-m", "sglang.srt.utils.model_file_verifier"] + argv, cwd=ROOT)

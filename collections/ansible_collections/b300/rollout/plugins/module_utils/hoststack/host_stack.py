@@ -488,25 +488,22 @@ def checks(stack, state):
 def _driver_check(stack, state, pv):
     """1. The loaded driver: the open flavour at the declared version (/proc/driver/nvidia/version)."""
     want = stack["driver"]["version"]
-    out = []
     if pv is None:
-        out.append(_finding("driver_open_flavour", "fail", "no NVIDIA driver loaded (/proc/driver/nvidia/version "
-                            "absent)", "NVIDIA UNIX Open Kernel Module %s" % want,
-                            "install the stack (host_stack stage) and reboot"))
-    elif pv["flavour"] != "open":
-        out.append(_finding(
+        return _finding("driver_open_flavour", "fail", "no NVIDIA driver loaded (/proc/driver/nvidia/version "
+                        "absent)", "NVIDIA UNIX Open Kernel Module %s" % want,
+                        "install the stack (host_stack stage) and reboot")
+    if pv["flavour"] != "open":
+        return _finding(
             "driver_open_flavour", "fail", "%s kernel module %s" % (pv["flavour"], pv["version"]),
             "Open Kernel Module (Blackwell runs only on the open modules; the proprietary ones fail with "
             "RmInitAdapter failed)", "remove the proprietary nvidia modules/DKMS package, install %s, reboot" % (
-                stack.get("prebuilt_modules_package")), evidence=(state.get("proc_version") or "").splitlines()[0]))
-    elif pv["version"] != want:
-        out.append(_finding("driver_open_flavour", "fail", "open module %s" % pv["version"], "open module %s" % want,
-                            "install the declared driver and reboot (the running module is another version)",
-                            evidence=(state.get("proc_version") or "").splitlines()[0]))
-    else:
-        out.append(_finding("driver_open_flavour", "pass", "Open Kernel Module %s" % pv["version"], want, None,
-                            evidence=(state.get("proc_version") or "").splitlines()[0]))
-    return out[0]
+                stack.get("prebuilt_modules_package")), evidence=(state.get("proc_version") or "").splitlines()[0])
+    if pv["version"] != want:
+        return _finding("driver_open_flavour", "fail", "open module %s" % pv["version"], "open module %s" % want,
+                        "install the declared driver and reboot (the running module is another version)",
+                        evidence=(state.get("proc_version") or "").splitlines()[0])
+    return _finding("driver_open_flavour", "pass", "Open Kernel Module %s" % pv["version"], want, None,
+                    evidence=(state.get("proc_version") or "").splitlines()[0])
 
 
 def _package_checks(stack, state, pkgs):
@@ -545,22 +542,19 @@ def _package_checks(stack, state, pkgs):
 
 def _unattended_check(state, pkgs):
     """3. unattended-upgrades kept away from the stack's packages (its blacklist), or not active."""
-    out = []
     uu = state.get("unattended_upgrades_installed")
     conf = parse_apt_config(state.get("apt_config"))
     if uu and conf["periodic_unattended"] not in (None, "0"):
         bad = _unattended_covered([p["name"] for p in pkgs], conf["blacklist"])
-        out.append(_finding(
+        return _finding(
             "unattended_upgrades_away", "fail" if bad else "pass",
             "unattended-upgrades active and may upgrade %s" % ", ".join(bad) if bad else
             "unattended-upgrades active, every stack package blacklisted",
             "Unattended-Upgrade::Package-Blacklist covering every stack package",
             "run the host_stack stage (it writes /etc/apt/apt.conf.d/51b300-host-stack-blacklist)" if bad else None,
-            evidence={"blacklist": conf["blacklist"]}))
-    else:
-        out.append(_finding("unattended_upgrades_away", "pass", "unattended-upgrades not active", "not active or "
-                            "blacklisted", None))
-    return out[0]
+            evidence={"blacklist": conf["blacklist"]})
+    return _finding("unattended_upgrades_away", "pass", "unattended-upgrades not active", "not active or "
+                    "blacklisted", None)
 
 
 def _module_checks(stack, state, loaded, kernel):
