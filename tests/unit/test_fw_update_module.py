@@ -5,14 +5,18 @@ import hashlib
 import json
 import os
 import pathlib
+import re
 import shutil
+import signal
 import subprocess
+import sys
+import time
 
 import pytest
 import yaml
 
 import fwimage
-from test_facts_modules import run_module
+from test_facts_modules import _ansible_bin, run_module
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 ROWS = yaml.safe_load((ROOT / "roles" / "nic_firmware_gate" / "vars" / "nic_fw_matrix.yml").read_text())[
@@ -203,3 +207,44 @@ def test_a_failed_burn_returns_put_back_unless_kept_out(emu, tmp_path):
                                                    "lock_dir": str(tmp_path / "locks")}, tmp_path)
         assert rc != 0 and b["failed_device"]["kind"] == "burn" and b["after_failure"]["put_back"] is put, b
         assert b["msg"].count("Flash write failed") == 1, b["msg"]
+
+
+def test_a_killed_module_leaves_its_running_burn_holding_the_nic_lock(emu, tmp_path, monkeypatch):
+    """The module process dies mid-burn (OOM, kill -9, a lost session) while flint, its child, burns on: the NIC's
+    lock must live as long as the burn does (flint inherits the lock's descriptor), so a second run is refused by
+    the lock instead of reading a flash that is half written and burning the NIC a second time."""
+    rc, p = plan(emu, tmp_path, images(tmp_path))
+    assert rc == 0, p
+    monkeypatch.setenv("HWEMU_BURN_S", "40")     # the second run must reach the lock while the first burn runs
+    args = {"action": "burn", "plan": p["plan"], "lock_dir": str(tmp_path / "locks")}
+    flint = []
+    log = emu / "state" / "burns.log"
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp1"),
+               ANSIBLE_CACHE_PLUGIN="memory")
+    first = subprocess.Popen([_ansible_bin("ansible"), "localhost", "-i", "localhost,",
+                              "-c", "local", "-e", "ansible_python_interpreter=%s" % sys.executable,
+                              "-m", "b300.rollout.nic_firmware_update", "-a", json.dumps(args)],
+                             cwd=str(ROOT), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not (log.is_file() and "start" in log.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert log.is_file() and "start" in log.read_text(), "the first burn never started"
+        flint = subprocess.run(["pgrep", "-f", "%s -d .* burn" % (emu / "bin" / "flint")], capture_output=True,
+                               text=True).stdout.split()
+        assert flint, "no burning flint process found"
+        module_pid = int(re.search(r"^PPid:\s+(\d+)", pathlib.Path("/proc/%s/status" % flint[0]).read_text(),
+                                   re.M).group(1))
+        os.kill(module_pid, signal.SIGKILL)          # the module dies; its burn goes on
+        rc, second = run_module("nic_firmware_update", args, tmp_path / "r2")
+        assert rc != 0 and second["failed_device"]["kind"] == "locked", second
+        assert "another run holds the NIC's lock" in second["msg"] and second["burned"] == [], second["msg"]
+        starts = [ln for ln in log.read_text().splitlines() if ln.endswith(" start")]
+        assert len(starts) == 1, log.read_text()       # one burn of the NIC, not two
+    finally:
+        first.wait(timeout=120)
+        for pid in flint:                                # the orphaned burn is not left running after the test
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except ProcessLookupError:
+                pass

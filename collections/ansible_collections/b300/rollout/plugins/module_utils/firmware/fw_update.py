@@ -606,7 +606,8 @@ def lock_path(lock_dir, pci):
 
 class DeviceLock(object):
     """An exclusive flock(2) on a NIC's lock file, held by this process around a burn or a reset and released by the
-    kernel when the process ends (a killed holder frees it). The holder (pid, machine, who/which run, since) is
+    kernel when the last process holding its descriptor ends: this one, and the burn or reset tool, which inherits
+    it (fw_update_run._run), so a tool still running after its module was killed keeps the NIC locked. The holder (pid, machine, who/which run, since) is
     written into the file so a refused caller can name it. The file is never removed (removing a flock'ed file lets a
     third caller lock a new inode while the first still holds the old one)."""
 

@@ -24,9 +24,12 @@ class Refused(Exception):
         self.msg, self.result = msg, result
 
 
-def _run(module, argv, commands):
+def _run(module, argv, commands, lock=None):
+    """run_command; lock: the NIC's DeviceLock, whose descriptor the command inherits, so the lock lives as long as
+    the burn or reset does - also when this module process dies first (killed, OOM, a lost session) and the tool
+    runs on: a second run is refused by the lock instead of burning a half-written flash again."""
     commands.append(list(argv))
-    rc, out, err = module.run_command(argv)
+    rc, out, err = module.run_command(argv, pass_fds=[lock.fd] if lock is not None else None)
     return rc, out or "", err or ""
 
 
@@ -178,7 +181,7 @@ def burn(module, p, commands):
                               failed_device=dict(d, kind="changed", state=why),
                               after_failure=fu.after_failure("burn", "changed", p["keep_out_on_failure"]))
             t0 = time.monotonic()
-            rc, out, err = _run(module, argv, commands)
+            rc, out, err = _run(module, argv, commands, lock=lock)
         finally:
             lock.release()
         res = fu.parse_flint_burn(out + "\n" + err, rc)
@@ -214,7 +217,7 @@ def activate(module, p, commands):
         lock = _locked(module, p, d, "reset", commands, pl, "activated", done)
         try:
             t0 = time.monotonic()
-            rc, out, err = _run(module, argv, commands)
+            rc, out, err = _run(module, argv, commands, lock=lock)
         finally:
             lock.release()
         res = fu.parse_mlxfwreset_reset(out + "\n" + err, rc)
