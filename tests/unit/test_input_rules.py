@@ -127,8 +127,7 @@ CASES = [
     C("sglang_model_check", "flase", "would silently mean false", id="bool_typo"),
     C("sglang_router_smoke", "", "is not a boolean", id="bool_empty_string"),
     C("sglang_pip_no_deps", 2, "is not a boolean", id="bool_number"),
-    # choices, text, urls, sizes
-    C("sglang_restart_strategy", "Rolling", "one of rolling, parallel, none", id="strategy_case"),
+    # text, urls, sizes (choices: the argument spec, test_a_choice_left_to_the_spec_is_one)
     C("sglang_generate_prompt", "Say\nhello", "line break (newline)", id="prompt_newline"),
     C("sglang_wheelhouse_url", "https://ops:hunter2@wheels.internal/", "credentials", id="url_with_password"),
     C("sglang_wheelhouse_url", "ftp://wheels.internal/", "is neither an http(s) URL", id="url_scheme"),
@@ -291,3 +290,20 @@ def test_char_class_never_returns_the_character_for_non_ascii():
     for ch in "é日\u200b\u2028":
         assert ch not in (ir.char_class(ch) or "")
         assert unicodedata.name(ch, "") not in (ir.char_class(ch) or "x")
+
+
+def test_a_choice_left_to_the_spec_is_one():
+    """A variable the input rules leave to the argument spec (issue 39) has its `choices` there, so Ansible refuses a
+    value outside them at the role's entry points (the message names the variable, the value and the choices)."""
+    from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+    for role, names in (("sglang", [n for n, why in ir.NOT_CHECKED.items() if why == ir.SPEC_CHOICES]),
+                        ("model_weights", [n for n, why in ir.MODEL_WEIGHTS_NOT_CHECKED.items()
+                                           if why == ir.SPEC_CHOICES])):
+        spec = yaml.safe_load((ROOT / "roles" / role / "meta" / "argument_specs.yml").read_text())
+        options = spec["argument_specs"]["main"]["options"]
+        assert names
+        for name in names:
+            assert options[name].get("choices"), "%s: %s has no choices in its spec" % (role, name)
+            errors = ArgumentSpecValidator({name: options[name]}).validate({name: "no-such-choice"}).error_messages
+            assert errors == ["value of %s must be one of: %s, got: no-such-choice"
+                              % (name, ", ".join(map(str, options[name]["choices"])))], errors

@@ -69,9 +69,9 @@ def test_one_take_out_and_one_put_back():
             states.setdefault(state.group(1) if state else "?", []).append(f)
     assert states.get("absent") == ["roles/sglang/tasks/take_out.yml"], states
     assert sorted(states.get("present", [])) == ["roles/sglang/tasks/put_back.yml", "roles/sglang/tasks/rollback.yml"], states
-    froms = re.compile(r"tasks_from: *(take_out|drain|start_and_wait|put_back)\b")
+    froms = re.compile(r"tasks_from: *(take_out|drain|restart|start_and_wait|put_back)\b")
     nic = "".join((ROOT / f).read_text() for f in tracked(".yml") if f.startswith("roles/nic_firmware_update/"))
-    assert sorted(set(froms.findall(nic))) == ["drain", "put_back", "start_and_wait", "take_out"]
+    assert sorted(set(froms.findall(nic))) == ["drain", "put_back", "restart", "start_and_wait", "take_out"]
 
 
 # --- the flag check -------------------------------------------------------------------------------------------------

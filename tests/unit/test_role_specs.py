@@ -45,7 +45,8 @@ def test_sglang_entry_points():
     specs = yaml.safe_load((ROOT / "roles" / "sglang" / "meta" / "argument_specs.yml").read_text())["argument_specs"]
     # issue 39: the cross-role calls (roles/nic_firmware_update, playbooks/rolling_restart.yml, the host stack) go
     # through these names, never through a numbered file
-    assert set(specs) == {"main", "router", "plan", "rolling_pass", "take_out", "drain", "start_and_wait", "put_back"}
+    assert set(specs) == {"main", "router", "plan", "rolling_pass", "take_out", "drain", "start_and_wait", "put_back",
+                          "restart"}
     for ep in specs:
         text = (ROOT / "roles" / "sglang" / "tasks" / ("%s.yml" % ep)).read_text()
         # each entry point's file says so in its head comment (main lists the others)

@@ -20,7 +20,8 @@ description:
     each next one from the one before it (module_utils/weights/model_weights.py C(fanout)); for a path source on the
     controller the controller's own address as the hosts reach it (C(ip route get))."
 version_added: "1.2.0"
-extends_documentation_fragment: [ansible.builtin.action_common_attributes, b300.rollout.common]
+extends_documentation_fragment: [ansible.builtin.action_common_attributes, b300.rollout.common,
+                                 b300.rollout.weights_source]
 options:
   step:
     description: C(models) or C(fanout).
@@ -47,10 +48,6 @@ options:
     description: Pinned manifest digest per model path ({path below the root - sha256}); optional.
     type: dict
     default: {}
-  source:
-    description: model_weights_source (type none, path, http or s3 and its fields; no secrets).
-    type: dict
-    default: {type: none}
   values:
     description: The role's variables for the input rules (secrets left out).
     type: dict
@@ -158,7 +155,9 @@ def load_manifest(manifest_dir, rel):
 
 
 def step_models(p):
-    problems = (ir.check_model_weights_inputs(p["values"], host="controller") + mw.check_source(p["source"])
+    # the source is a b300_defaults variable, not one of the role's values: its rule is run here, on the option
+    values = dict(p["values"], model_weights_source=p["source"])
+    problems = (ir.check_model_weights_inputs(values, host="controller")
                 + ir.check_model_weights_secrets(p["secrets"], host="controller"))
     by_host, errors = mw.models_by_host(p["plan"], p["model_root"])
     problems += errors
@@ -271,7 +270,7 @@ def main():
             hosts=dict(type="list", elements="str", default=[]),
             manifest_dir=dict(type="path"),
             digests=dict(type="dict", default={}),
-            source=dict(type="dict", default={"type": "none"}),
+            source=mw.SOURCE_SPEC,
             values=dict(type="dict", default={}),
             secrets=dict(type="dict", default={}, no_log=True),
             models=dict(type="dict", default={}),

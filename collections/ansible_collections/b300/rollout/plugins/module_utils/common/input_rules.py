@@ -333,12 +333,6 @@ def rule_bool(value):
                       "false", "write true or false")
 
 
-def rule_choice(value, choices):
-    if value not in choices:
-        raise Refusal("%s is not a known value" % show(value), "one of %s" % ", ".join(choices),
-                      "pick one of %s" % ", ".join(choices))
-
-
 def rule_text(value, required=True):
     """Text sent in a JSON body or as a quoted argument (prompts): printable, no control characters."""
     rule = "printable text without control characters (newlines, tabs, escapes), not empty"
@@ -489,6 +483,8 @@ def _dict_shape(value):
                       "write it as a mapping, e.g. -e '{\"name\": {...}}'")
 
 
+SPEC_CHOICES = ("a choice: `choices` in the role's meta/argument_specs.yml, which Ansible checks at the role's entry "
+                "points with its own message (the variable, the value found, the choices)")
 # variable -> check(value). Every variable of roles/sglang/defaults/main.yml is either here or in NOT_CHECKED
 # (tests/unit/test_input_rules.py keeps the two in sync with the defaults).
 ROLE_RULES = {
@@ -503,7 +499,6 @@ ROLE_RULES = {
     "sglang_model_root": rule_argv_path,
     "sglang_model_check": rule_bool,
     "sglang_model_manifest": _manifest,
-    "sglang_model_verify": lambda v: rule_choice(v, ("marker", "full")),
     "sglang_model_check_deferred": rule_bool,
     "sglang_model_size_tolerance_pct": lambda v: rule_int(v, 0, 100, unit="percent"),
     "sglang_host_memory_check": rule_bool,
@@ -554,7 +549,6 @@ ROLE_RULES = {
     "sglang_modules_load_uvm": rule_bool,
     "sglang_limit_nofile": rule_nofile,
     "sglang_limit_memlock": lambda v: rule_size(v, allow_infinity=True),
-    "sglang_device_policy": lambda v: rule_choice(v, ("auto", "closed", "strict")),
     "sglang_device_allow": _list_of(rule_device_allow),
     "sglang_systemd_hardening": rule_bool,
     "sglang_unit_environment": lambda v: check_env_map(v, in_unit=True),
@@ -575,10 +569,8 @@ ROLE_RULES = {
     "sglang_rolling_instances": _list_of(rule_instance_id),
     # a controller path into the quality gate's argv (a list, no shell); empty turns the gate off
     "sglang_rolling_quality_baseline": lambda v: rule_argv_path(v, required=False),
-    "sglang_restart_strategy": lambda v: rule_choice(v, ("rolling", "parallel", "none")),
     "sglang_rolling_reach_timeout_s": rule_int,
     "sglang_rolling_drain_timeout_s": rule_int,
-    "sglang_rolling_drain_on_timeout": lambda v: rule_choice(v, ("fail", "restart")),
     "sglang_rolling_drain_poll_s": rule_int,
     "sglang_rolling_drain_s": lambda v: rule_int(v, 0),
     "sglang_router_install_root": rule_unit_path,
@@ -613,6 +605,11 @@ ROLE_RULES = {
 NOT_CHECKED = {
     "sglang_placeholder": "the placeholder marker itself (checked by 'Validate | no placeholder left')",
     "sglang_placeholder_vars": "names of variables, never sent to a host",
+    # choices are said where Ansible checks them (issue 39): roles/sglang/meta/argument_specs.yml
+    "sglang_model_verify": SPEC_CHOICES,
+    "sglang_device_policy": SPEC_CHOICES,
+    "sglang_restart_strategy": SPEC_CHOICES,
+    "sglang_rolling_drain_on_timeout": SPEC_CHOICES,
 }
 SECRET_VARS = ("sglang_api_key",)
 # Relations between numbers: (smaller, larger, strictly smaller?, why)
@@ -780,20 +777,13 @@ def check_secret(name, value, host=None, optional=True, min_len=SECRET_MIN_LEN, 
 
 # --- roles/model_weights (issue 28) -----------------------------------------------------------------------------------
 def rule_weights_source(value):
-    """model_weights_source: {type: none|path|http|s3, ...}: the values that reach a host (paths as quoted argv, the
-    URL as curl's --url, the S3 endpoint as rclone's env), no credentials in it (those come from the vault vars)."""
+    """model_weights_source: the values that reach a host (paths as quoted argv, the URL as curl's --url, the S3
+    endpoint as rclone's env), no credentials in the URL (those come from the vault vars). Its shape (a mapping, the
+    type, the keys each type needs, no other key) is the argument spec of b300.rollout.model_weights_plan
+    (SOURCE_SPEC), which refuses first; what no spec can say is here."""
     rule = ("a mapping {type: none} | {type: path, path: /ABS, where: host|controller} | {type: http, url: https://..., "
             "ca_file: /ABS} | {type: s3, endpoint: https://..., bucket: NAME, prefix: P, region: R}, without "
             "credentials (model_weights_s3_* / model_weights_http_* from the vault)")
-    if not isinstance(value, dict):
-        raise Refusal("%s %s" % (_type_name(value), show(value)), rule, "write a mapping")
-    known = {"type", "path", "where", "url", "ca_file", "endpoint", "bucket", "prefix", "region", "provider"}
-    extra = sorted(set(value) - known)
-    if extra:
-        raise Refusal("unknown key(s) %s (values not shown)" % ", ".join(str(k) for k in extra), rule,
-                      "remove them; credentials go in model_weights_s3_access_key_id / _secret_access_key or "
-                      "model_weights_http_token / _user / _password")
-    rule_choice(value.get("type"), ("none", "path", "http", "s3"))
     for key in ("path", "ca_file"):
         if value.get(key):
             rule_argv_path(value[key])
@@ -849,7 +839,6 @@ MODEL_WEIGHTS_RULES = {
     "model_weights_timeout_s": rule_int,
     "model_weights_stall_s": rule_int,
     "model_weights_peer_wait_s": rule_int,
-    "model_weights_writeback": lambda v: rule_choice(v, ("behind", "end")),
     "model_weights_drop_cache": rule_bool,
     "model_weights_serve_port": rule_port,
     "model_weights_serve_address": rule_advertise_address,
@@ -858,18 +847,19 @@ MODEL_WEIGHTS_RULES = {
     "model_weights_group": lambda v: rule_name(v, "posix_name"),
     "model_weights_file_mode": _mode,
     "model_weights_dir_mode": _mode,
-    "model_weights_verify": lambda v: rule_choice(v, ("marker", "full")),
     "model_weights_protect_home": rule_bool,
     "model_weights_run_dir": rule_unit_path,
     "model_weights_http_user": lambda v: rule_text(v, required=False),
 }
 MODEL_WEIGHTS_NOT_CHECKED = {
+    "model_weights_writeback": SPEC_CHOICES,
+    "model_weights_verify": SPEC_CHOICES,
     "model_weights_s3_access_key_id": "a secret: checked by check_model_weights_secrets, never shown",
     "model_weights_s3_secret_access_key": "a secret: checked by check_model_weights_secrets, never shown",
     "model_weights_http_token": "a secret: checked by check_model_weights_secrets, never shown",
     "model_weights_http_password": "a secret: checked by check_model_weights_secrets, never shown",
 }
-MODEL_WEIGHTS_SECRETS = tuple(sorted(MODEL_WEIGHTS_NOT_CHECKED))
+MODEL_WEIGHTS_SECRETS = tuple(sorted(k for k, why in MODEL_WEIGHTS_NOT_CHECKED.items() if why.startswith("a secret")))
 
 
 def check_model_weights_inputs(values, host=None):

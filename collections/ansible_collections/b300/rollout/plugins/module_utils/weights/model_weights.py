@@ -36,6 +36,26 @@ SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 # Files a router-only host needs of a model (the router loads the tokenizer, never the weights): everything but these.
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".msgpack", ".h5", ".ckpt", ".npz", ".onnx")
 SOURCE_TYPES = ("none", "path", "http", "s3")
+# model_weights_source's shape as an Ansible argument spec (plain data: the option `source` of
+# b300.rollout.model_weights_plan), declared where Ansible checks it (issue 39): the type, the keys each type needs
+# (required_if), where a path is, and no key beyond these. No spec can say the rest, so Python keeps it:
+# input_rules.rule_weights_source (an absolute normalized path, an http(s) URL without credentials, the characters).
+SOURCE_SPEC = dict(
+    type="dict", default={"type": "none"},
+    options=dict(
+        type=dict(type="str", default="none", choices=list(SOURCE_TYPES)),
+        path=dict(type="str"),
+        where=dict(type="str", default="host", choices=["host", "controller"]),
+        url=dict(type="str"),
+        ca_file=dict(type="str"),
+        endpoint=dict(type="str"),
+        bucket=dict(type="str"),
+        prefix=dict(type="str"),
+        region=dict(type="str"),
+        provider=dict(type="str"),
+    ),
+    required_if=[("type", "path", ("path",)), ("type", "http", ("url",)), ("type", "s3", ("endpoint", "bucket"))],
+)
 GIB = 1024 ** 3
 
 
@@ -501,25 +521,6 @@ def source_for(source, controller_url):
                 "prefix": source.get("prefix") or "", "region": source.get("region") or "",
                 "provider": source.get("provider") or "Other", "ca_file": source.get("ca_file") or ""}
     return {"type": "none"}
-
-
-def check_source(source):
-    """[problems] of model_weights_source's shape (its values' characters are input_rules' business)."""
-    if not isinstance(source, dict):
-        return ["model_weights_source: expected a mapping {type: none|path|http|s3, ...}, found %s"
-                % type(source).__name__]
-    t = source.get("type")
-    if t not in SOURCE_TYPES:
-        return ["model_weights_source.type: %r; expected one of %s (none: the weights are put there by other means "
-                "and only verified)" % (t, ", ".join(SOURCE_TYPES))]
-    need = {"path": ("path",), "http": ("url",), "s3": ("endpoint", "bucket")}.get(t, ())
-    out = ["model_weights_source.%s: required for type %s" % (k, t) for k in need if not source.get(k)]
-    if t == "path" and (source.get("where") or "host") not in ("host", "controller"):
-        out.append("model_weights_source.where: %r; expected host (a path every host reads, e.g. an NFS mount) or "
-                   "controller (a path on the machine that runs ansible-playbook)" % source.get("where"))
-    if t == "path" and source.get("path") and not str(source["path"]).startswith("/"):
-        out.append("model_weights_source.path: %r is not absolute" % source["path"])
-    return out
 
 
 def stage_plan(host_models, states, source, controller_url, serve_urls, fanout_on=True):
