@@ -47,7 +47,8 @@ if [ "$CLEAN" = 1 ]; then
              /usr/local/libexec/sglang-wait-fabric
       # the weights stage (roles/model_weights) leaves the model directories root:sglang 0750: give them back to root
       # and readable, as fleet.sh provisions them, before the group goes (an orphaned gid fails the next preflight)
-      find /opt/sglang-stub/models \( -nogroup -o -group sglang \) -exec chgrp root {} + 2>/dev/null || true
+      find /opt/sglang-stub/models -nogroup -exec chgrp root {} + 2>/dev/null || true
+      if getent group sglang >/dev/null; then find /opt/sglang-stub/models -group sglang -exec chgrp root {} +; fi
       chmod -R a+rX /opt/sglang-stub/models 2>/dev/null || true
       if id sglang >/dev/null 2>&1; then userdel sglang; fi
       if getent group sglang >/dev/null; then groupdel sglang; fi'
