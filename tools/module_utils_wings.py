@@ -48,11 +48,13 @@ WINGS = {
     "weights": (["model_weights", "model_weights_io", "model_weights_stage"],
                 "The model weights stage: its decisions on manifests and directories (model_weights), the file system "
                 "and HTTP work (model_weights_io), and the engine of the model_weights_stage module (model_weights_stage)."),
-    "sglang": (["sglang_plan", "sglang_rollout", "sglang_checks", "sglang_metrics", "argparse_abbrev", "wheelhouse"],
+    "sglang": (["sglang_plan", "sglang_rollout", "sglang_checks", "sglang_metrics", "argparse_abbrev", "wheelhouse",
+                "host_files", "venv_manifest"],
                "SGLang serving: the deployment plan (sglang_plan, with the argparse abbreviation rules it checks flags "
                "by: argparse_abbrev), the rollout's ordering and rollback decisions (sglang_rollout), the checks the "
                "role's filters call (sglang_checks), the one /metrics reader (sglang_metrics; the acceptance client "
-               "imports it flat), and the wheelhouse manifest (wheelhouse)."),
+               "imports it flat), the wheelhouse manifest (wheelhouse), the host's files compared and written in one "
+               "module run (host_files) and the venv record that skips no-op pip runs (venv_manifest)."),
     "triage": (["triage_collect", "triage_counters", "triage_evidence", "triage_gpu", "triage_kmsg", "triage_pcie",
                 "triage_traffic", "triage_verdict"],
                "The on-call triage: what it collects on a host (triage_collect and its readers triage_counters, "

@@ -5,7 +5,8 @@
 #
 # Runs `sandbox/fleet.sh up 2`; with --clean first removes from both sandbox hosts what a deploy leaves (the SGLang and
 # router venvs, the wheelhouse, units, env files, state and cache dirs, the launcher, the journald and module-load
-# drop-ins, the fabric wait script, the service user, the nccl-tests build and results), so the
+# drop-ins, the fabric wait script, the service user, the nccl-tests build and results; the staged model directories
+# go back to root, readable, as fleet.sh provisions them), so the
 # first run is a first converge from hosts without /opt/sglang, like hosts that `fleet.sh up` has just created.
 # Then `ansible-playbook site.yml -l b300a,b300b -e sglang_profile=PROFILE` twice, each with Ansible's
 # ansible.posix.profile_tasks callback (every task, slowest first) and a fact cache of its own (jsonfile, as
@@ -44,6 +45,11 @@ if [ "$CLEAN" = 1 ]; then
              /var/lib/sglang-router /var/cache/sglang-router /usr/local/lib/sglang-launch /opt/nccl-tests \
              /var/lib/nccl-validation /etc/systemd/journald.conf.d/60-sglang.conf /etc/modules-load.d/nvidia-uvm.conf \
              /usr/local/libexec/sglang-wait-fabric
+      # the weights stage (roles/model_weights) leaves the model directories root:sglang 0750: give them back to root
+      # and readable, as fleet.sh provisions them, before the group goes (an orphaned gid fails the next preflight)
+      find /opt/sglang-stub/models -nogroup -exec chgrp root {} + 2>/dev/null || true
+      if getent group sglang >/dev/null; then find /opt/sglang-stub/models -group sglang -exec chgrp root {} +; fi
+      chmod -R a+rX /opt/sglang-stub/models 2>/dev/null || true
       if id sglang >/dev/null 2>&1; then userdel sglang; fi
       if getent group sglang >/dev/null; then groupdel sglang; fi'
   done

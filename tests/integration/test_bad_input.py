@@ -271,7 +271,7 @@ def check_refusal(cid, rc, out):
     secret = BY_ID[cid].get("secret")
     assert not secret or secret not in out, "%s: the secret is in the output" % cid
     # refused in the gates: nothing after preflight/NCCL preflight started (no SGLang install/unit task ran)
-    assert "TASK [sglang : Install" not in out and "Units | unit files" not in out, cid
+    assert "TASK [sglang : Install" not in out and "Units | env and unit files" not in out, cid
     return missing
 
 
