@@ -5,7 +5,8 @@
 #   tools/molecule-all.sh --all          # every scenario
 #   tools/molecule-all.sh default nccl   # some
 # The CI set keeps what only molecule proves: role-level idempotence over the podman connection of the read-only gate
-# (nic_firmware_gate) and of one full SGLang deployment (sglang_kimi). Left to --all: `default` (the template of new
+# (nic_firmware_gate), of one full SGLang deployment (sglang_kimi) and of the host stack from a bare host, reboot included
+# (host_stack, one container, 70 s). Left to --all: `default` (the template of new
 # scenarios; the shared create/prepare/destroy run in every scenario anyway) and `sglang_pd` (the PD deployment,
 # idempotence and restart-nothing are proven over SSH by tests/integration/test_sglang_deploy.py[glm52_pd]).
 # Needs the sandbox image (sandbox/fleet.sh image) and the collections (sandbox/collections.sh); `make molecule`
@@ -18,7 +19,7 @@ export ANSIBLE_COLLECTIONS_PATH=$ROOT/.cache/collections
 export PATH=$ROOT/.venv/bin:$PATH
 export ANSIBLE_FORCE_COLOR=${ANSIBLE_FORCE_COLOR:-0}
 
-CI_SCENARIOS=(nic_firmware_gate sglang_kimi)
+CI_SCENARIOS=(nic_firmware_gate sglang_kimi host_stack)
 if [ $# -gt 0 ] && [ "$1" != --all ]; then
   scenarios=("$@")
 elif [ $# -eq 0 ]; then

@@ -139,7 +139,10 @@ FLEET_ORDER = [
     ("test_boot_services.py", None), ("test_sglang_deploy.py", "kimi_k3"), ("test_host_lock_fleet.py", None),
     ("test_plan.py", None),
     ("test_reliability.py", None), ("test_rollback.py", None), ("test_secrets.py", None),
-    ("test_nic_firmware_update.py", None), ("test_reboot.py", "kimi_k3"), ("test_acceptance.py", "kimi_k3"),
+    ("test_nic_firmware_update.py", None),
+    # (after the firmware update: reuses its kimi_k3 fleet to reboot a SERVING host for the host stack, issue 36)
+    ("test_host_stack_fleet.py", None),
+    ("test_reboot.py", "kimi_k3"), ("test_acceptance.py", "kimi_k3"),
     # glm52_pd
     ("test_acceptance.py", "glm52_pd"), ("test_reboot.py", "glm52_pd"), ("test_reboot.py", "fabric"),
     ("test_sglang_deploy.py", "glm52_pd"), ("test_reachability.py", None), ("test_wrong_cuda_variant.py", None),

@@ -5,17 +5,24 @@ restart), the emulated driver and fabric manager following what dpkg installed (
 second run changes nothing. The runs are timed (printed; a benchmark, not a timed assertion).
 
 Only the fleet shows this: the role's real apt-get, holds and files on a Debian host, the reboot through the controller,
-the fabric manager's unit starting at boot and its journal, the proof's fabric wait. The traps themselves are shown
-without the fleet (tests/unit/test_hwemu_hoststack.py), except a reboot that does not come back in time, shown here in
-the same sequence (the first run's reboot leaves the host unreachable; the next run owes and does the reboot). The host
-is left bare again (stand-ins purged, the stage's files removed, power-cycled), so every other fleet test sees its
-scenario as before. 106 s on the idle fleet (2026-12-06).
+the fabric manager's unit starting at boot and its journal, the proof's fabric wait, and (item 4) the owed reboot of a
+host that SERVES kimi_k3 through the firmware update's out-of-service path while requests flow through the router
+(tests/integration/test_nic_firmware_update.py's Load: 0 failed), and glm52_pd refused without the maintenance flag.
+The traps themselves are shown without the fleet (tests/unit/test_hwemu_hoststack.py), except a reboot that does not
+come back in time, shown here in the same sequence (the first run's reboot leaves the host unreachable; the serving
+run then owes and does the reboot). The module runs among the kimi_k3 fleet tests (tests/integration/conftest.py
+FLEET_ORDER, after test_nic_firmware_update.py, whose kimi_k3 fleet it reuses: it deploys only when run alone). The
+host is left bare again (stand-ins purged, the stage's files removed, power-cycled) and serving, so every other fleet
+test sees its scenario as before. 126 s on a busy fleet (2026-12-06; 106 s before the serving reboot was added): the
+serving reboot's run 50.5 s with 213 requests through the router, 0 failed; the glm52_pd refusal 5.0 s.
 """
 import json
 import re
 import time
 
 import pytest
+
+from test_nic_firmware_update import ROUTER, WORKERS, Load, healthy_workers
 
 pytestmark = pytest.mark.integration
 
@@ -53,6 +60,42 @@ def stage(sandbox, *extra, enabled=True):
     return r, round(time.monotonic() - t0, 1)
 
 
+def serving_stage(sandbox, *extra):
+    """The stage on HOST only, with both hosts in the run (the SGLang plan and the router need them): b300a runs the
+    router (its own reboot would be an outage) and keeps its scenario's hand-installed stack."""
+    t0 = time.monotonic()
+    r = sandbox.ansible_playbook("playbooks/host_stack.yml", "-e", "sglang_profile=kimi_k3", "-e",
+                                 json.dumps({"host_stack_enabled": "{{ inventory_hostname == '%s' }}" % HOST}),
+                                 "-e", "host_stack_reboot=reboot", *extra, limit="b300a,b300b", check=False,
+                                 timeout=900)
+    return r, round(time.monotonic() - t0, 1)
+
+
+def serving_units(sandbox):
+    """HOST's running SGLang units -> their InvocationID (a restart or a reboot changes it)."""
+    units = sandbox.exec(HOST, "systemctl list-units --type=service --state=active --no-legend --plain 'sglang-*' "
+                               "| cut -d' ' -f1").stdout.split()
+    return {u: sandbox.exec(HOST, "systemctl show -p InvocationID --value %s" % u).stdout.strip() for u in units}
+
+
+def wait_serving(timeout=240):
+    """Both kimi_k3 workers listed healthy by the router (the stub workers start in seconds)."""
+    end = time.monotonic() + timeout
+    while healthy_workers() != WORKERS and time.monotonic() < end:
+        time.sleep(3)
+    return healthy_workers() == WORKERS
+
+
+@pytest.fixture(scope="module")
+def kimi(sandbox):
+    """The kimi_k3 fleet serving (test_nic_firmware_update.py leaves it so in the fleet order; alone: deploy it)."""
+    if not wait_serving(timeout=20):
+        r = sandbox.run(["ansible-playbook", "-i", sandbox.inventory, "playbooks/sglang_deploy.yml", "-l",
+                         "b300a,b300b", "-e", "sglang_profile=kimi_k3"], check=False, timeout=1500)
+        assert r.returncode == 0 and healthy_workers() == WORKERS, (r.stdout + r.stderr)[-4000:]
+    return sandbox
+
+
 def audit(sandbox, tmp_path, name, enabled):
     """tools/fw-audit on HOST (its JSON report), timed."""
     t0 = time.monotonic()
@@ -63,24 +106,30 @@ def audit(sandbox, tmp_path, name, enabled):
     return r.returncode, json.loads(r.stdout)["hosts"][HOST], round(time.monotonic() - t0, 1)
 
 
-def test_bare_host_to_proven_stack_a_reboot_not_back_in_time_then_a_run_that_changes_nothing(sandbox, request,
-                                                                                            tmp_path):
+def test_bare_host_to_proven_stack_a_reboot_not_back_in_time_then_the_owed_reboot_while_serving(kimi, request,
+                                                                                                 tmp_path):
+    sandbox = kimi
     bare(sandbox)       # (healthy: the proof expects the healthy NVLink links and NICs)
-    # day zero: b300b serves nothing (host_stack_reboot=reboot refuses a host with a running SGLang unit); in the
-    # fleet order this module runs before any deploy, so this only matters when it runs alone after one
-    sandbox.exec(HOST, "systemctl stop 'sglang-*'", check=False)
+    assert wait_serving(), "kimi_k3 does not serve on both hosts after %s was made bare" % HOST
+    was_serving = sorted(serving_units(sandbox))
+    assert was_serving, "%s serves no SGLang unit (kimi_k3 deployed?)" % HOST
 
     def back():
         sandbox.exec(HOST, "systemctl start ssh", check=False)
-        bare(sandbox)
+        sandbox.exec(HOST, "rm -f /var/lib/b300-maintenance/lock", check=False)
+        bare(sandbox)       # its reboot starts the enabled units again: the router lists the worker again
+        sandbox.exec(HOST, "systemctl start %s" % " ".join(was_serving), check=False)
+        assert wait_serving(), "kimi_k3 not serving on both hosts after the test (router %s)" % ROUTER
     request.addfinalizer(back)
     assert sandbox.exec(HOST, STANDINS).stdout.split() == []
     # the mirror is the one source the stage may use
     pol = sandbox.exec(HOST, "apt-cache policy nvidia-driver-580-server-open").stdout
     assert "file:/opt/b300-hoststack-repo ./ Packages" in pol and DRIVER in pol
 
-    # 1. the first run installs and holds, then its reboot does not come back in time (the reboot command stops the
-    # host's sshd instead): the stage fails naming the host, the wait and the fix; the stack stays installed and held
+    # 1. day zero (b300b serves nothing: its units stopped for this step) - the first run installs and holds, then its
+    # reboot does not come back in time (the reboot command stops the host's sshd instead): the stage fails naming
+    # the host, the wait and the fix; the stack stays installed and held
+    sandbox.exec(HOST, "systemctl stop 'sglang-*'")
     timeout_s = 10
     r, install_s = stage(sandbox, "-e", "host_stack_reboot=reboot", "-e", "host_stack_reboot_timeout=%d" % timeout_s,
                          "-e", '{"host_stack_reboot_command": ["podman", "exec", "b300-%s", "systemctl", "stop", "ssh"]}'
@@ -94,13 +143,43 @@ def test_bare_host_to_proven_stack_a_reboot_not_back_in_time_then_a_run_that_cha
     held = set(sandbox.exec(HOST, "apt-mark showhold").stdout.split())
     assert {"nvidia-driver-580-server-open", "nvidia-fabricmanager-580", "nvlsm"} <= held, held
 
-    # 2. run again: nothing to install, the owed reboot (through the controller's command: the container's restart),
-    # the fabric wait, the proof
-    r, reboot_s = stage(sandbox, "-e", "host_stack_reboot=reboot")
+    # 2. b300b serves kimi_k3 again, and still owes the reboot
+    sandbox.exec(HOST, "systemctl start %s" % " ".join(was_serving))
+    assert wait_serving(), "b300b's worker not back in the router after its units started"
+    before = serving_units(sandbox)
+
+    # 2a. glm52_pd: refused before any change, naming the host, the profile, the flag and the fix
+    r, pd_s = serving_stage(sandbox, "-e", "sglang_profile=glm52_pd")
     out = r.stdout + r.stderr
-    assert r.returncode == 0, out[-4000:]
-    assert "install (in order): nothing" in out and "the reboot after the install is pending" in out
-    assert "Reboot | through the controller's command" in out
+    text = " ".join(out.split())
+    assert r.returncode != 0, out[-3000:]
+    assert "host_stack on %s: REFUSED before any change: a reboot is owed" % HOST in text, out[-3000:]
+    assert "while it serves profile glm52_pd" in text and "prefill/decode disaggregated" in text
+    assert "Refused: pass -e nic_firmware_update_maintenance=true in a maintenance window" in text
+    assert "Serving | " not in out, "play 3 ran after the refusal"
+    assert serving_units(sandbox) == before and healthy_workers() == WORKERS
+
+    # 2b. kimi_k3: the owed reboot through the out-of-service path while requests flow through the router: b300b
+    # out of the router and drained, its units stopped, the reboot (the controller's command), the fabric wait and the
+    # proof, its units health-gated and back in the router; b300a serves throughout - 0 failed requests
+    with Load(prompt="host-stack") as load:
+        r, reboot_s = serving_stage(sandbox)
+    out = r.stdout + r.stderr
+    figures = load.figures()
+    assert r.returncode == 0, out[-5000:]
+    assert "%s serves (%s) and owes a reboot" % (HOST, ", ".join(before)) in " ".join(out.split()), out[-5000:]
+    for step in ("Serving | out of the router, every other planned worker healthy first",
+                 "Serving | drained (the rolling path's drain, on the router host)",
+                 "Reboot | through the controller's command", "Serving | healthy (and generating)",
+                 "Serving | back in the router, listed healthy"):
+        assert step in out, step
+    assert out.index("Serving | drained") < out.index("Reboot | through the controller's command") < \
+        out.index("Serving | back in the router")
+    assert figures["failed"] == 0 and figures["sent"] > 10, figures
+    assert healthy_workers() == WORKERS
+    after = serving_units(sandbox)
+    assert sorted(after) == sorted(before) and all(after[u] != before[u] for u in before), (before, after)
+    assert sandbox.exec(HOST, "test -e /var/lib/b300-maintenance/lock", check=False).returncode != 0
     smi = sandbox.exec(HOST, "/opt/hwemu/bin/nvidia-smi -q").stdout
     assert re.search(r"^Driver Version\s+: %s$" % re.escape(DRIVER), smi, re.M), smi[:400]
     assert "Completed" in smi and "In Progress" not in smi
@@ -128,6 +207,6 @@ def test_bare_host_to_proven_stack_a_reboot_not_back_in_time_then_a_run_that_cha
         sandbox.exec(HOST, "apt-mark hold nvidia-fabricmanager-580")
     assert rc == 2 and any(m.startswith("%s: host_stack check packages_held failed: found not held: "
                                         "nvidia-fabricmanager-580" % HOST) for m in drift["messages"]), drift
-    print("host_stack on %s: install run %.1f s (incl. the %d s reboot timeout), the reboot + proof run %.1f s, "
-          "no-change run %.1f s (stage off: %.1f s); fw-audit with the stack's checks %.1f s" % (
-              HOST, install_s, timeout_s, reboot_s, again_s, off_s, audit_s))
+    print("host_stack on %s: install run %.1f s (incl. the %d s reboot timeout), glm52_pd refusal %.1f s, the "
+          "serving reboot + proof run %.1f s (requests %s), no-change run %.1f s (stage off: %.1f s); fw-audit with "
+          "the stack's checks %.1f s" % (HOST, install_s, timeout_s, pd_s, reboot_s, figures, again_s, off_s, audit_s))

@@ -145,10 +145,12 @@ def test_check_mode_shows_burn_and_reboot_and_touches_nothing(fleet):
 
 
 class Load:
-    """Chat completions through the router's front while the update runs (bounded: 20 min, 3 in flight, ~4/s)."""
+    """Chat completions through the router's front while the update runs (bounded: 20 min, 3 in flight, ~4/s).
+    Also measures test_host_stack_fleet.py's reboot of a serving host (prompt: the requests' text)."""
 
-    def __init__(self):
+    def __init__(self, prompt="fw-update"):
         loadgen.check_target(ROUTER)
+        self.prompt = prompt
         self.records, self.stop, self.lock = [], threading.Event(), threading.Lock()
         self.t0 = time.monotonic()
         self.threads = [threading.Thread(target=self._run, daemon=True) for _ in range(3)]
@@ -156,7 +158,7 @@ class Load:
     def _run(self):
         seq = 0
         while not self.stop.is_set() and time.monotonic() - self.t0 < 1200:
-            rec = loadgen.one_request(ROUTER, seq, self.t0, 15, False, "Kimi-K3", "fw-update", {})
+            rec = loadgen.one_request(ROUTER, seq, self.t0, 15, False, "Kimi-K3", self.prompt, {})
             with self.lock:
                 self.records.append(rec)
             seq += 1
