@@ -76,8 +76,9 @@ def _tracked_sources():
         if p.is_symlink() or not p.is_file():
             continue
         if not f.endswith(SOURCE_SUFFIXES):
-            with open(p, "rb") as fh:   # extensionless scripts: python by their shebang
-                if b"python" not in fh.readline():
+            with open(p, "rb") as fh:   # extensionless scripts: python by their shebang (a log's first line may name a python path)
+                first = fh.readline()
+                if not (first.startswith(b"#!") and b"python" in first):
                     continue
         try:
             out.append((f, p.read_text()))
