@@ -1,6 +1,8 @@
-"""ansible.cfg's strategy b300.rollout.mitogen_linear (plugins/strategy/mitogen_linear.py): with Mitogen installed the
-tasks of a run share one Python per host (the modules' parent process is the same for two tasks; under the builtin
-linear strategy every task starts its own); without it the run is the builtin linear strategy and says so."""
+"""The opt-in strategy b300.rollout.mitogen_linear (plugins/strategy/mitogen_linear.py; ansible.cfg keeps the builtin
+linear one): with Mitogen installed the tasks of a run share one Python per host (the modules' parent process is the
+same for two tasks; under the builtin linear strategy every task starts its own); without it the run is the builtin
+linear strategy and says so."""
+MITOGEN = {"ANSIBLE_STRATEGY": "b300.rollout.mitogen_linear"}
 import os
 import pathlib
 import subprocess
@@ -40,18 +42,18 @@ def run(tmp_path, **env):
 
 
 def test_mitogen_runs_every_task_in_one_interpreter(tmp_path):
-    pids, out = run(tmp_path)
+    pids, out = run(tmp_path, **MITOGEN)
     assert pids[0] == pids[1], "two tasks ran in two interpreters: Mitogen is not active\n" + out[-2000:]
     assert "Mitogen is not installed" not in out
-    linear, _ = run(tmp_path, ANSIBLE_STRATEGY="linear")        # the switch the docs name turns it off
-    assert linear[0] != linear[1], linear
+    default, _ = run(tmp_path)                                  # ansible.cfg's default: the builtin linear strategy
+    assert default[0] != default[1], default
 
 
 def test_without_mitogen_the_builtin_linear_strategy_runs_and_says_so(tmp_path):
     block = tmp_path / "block" / "ansible_mitogen"              # an ansible_mitogen that cannot be imported
     block.mkdir(parents=True)
     (block / "__init__.py").write_text("raise ImportError('blocked by the test')\n")
-    pids, out = run(tmp_path, PYTHONPATH=str(tmp_path / "block"))
+    pids, out = run(tmp_path, PYTHONPATH=str(tmp_path / "block"), **MITOGEN)
     assert "Mitogen is not installed here (blocked by the test): running the builtin linear strategy" in " ".join(
         out.split()), out[-2000:]
     assert pids[0] != pids[1], pids

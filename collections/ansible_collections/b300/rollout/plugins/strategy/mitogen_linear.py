@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
-"""Strategy b300.rollout.mitogen_linear: Ansible's linear strategy with Mitogen's connection layer (ansible.cfg's
-default), or the builtin linear strategy where Mitogen is not installed."""
+"""Strategy b300.rollout.mitogen_linear: Ansible's linear strategy with Mitogen's connection layer (opt-in:
+ANSIBLE_STRATEGY=b300.rollout.mitogen_linear), or the builtin linear strategy where Mitogen is not installed."""
 from __future__ import annotations
 
 DOCUMENTATION = r"""
@@ -23,8 +23,10 @@ description:
     offline GPU machine's carried wheels without it), this plugin IS the builtin C(linear) strategy and says so once
     per run; nothing else changes.
   - >-
-    Turn it off for one run with C(ANSIBLE_STRATEGY=linear) (for example to compare, or to rule Mitogen out while
-    debugging a connection). ansible-core 2.19 prints a deprecation warning for every strategy that is not builtin
+    Opt-in, not ansible.cfg's default (the builtin C(linear)): run a playbook with
+    C(ANSIBLE_STRATEGY=b300.rollout.mitogen_linear). On the sandbox the reachability preflight's short-lived listener
+    (an C(async) C(poll 0) task, roles/sglang/tasks/reachability.yml) was not listening in time under it on a host
+    whose ports were free, so a first deploy failed its reachability check (docs/rerun-profile.md). ansible-core 2.19 prints a deprecation warning for every strategy that is not builtin
     (no replacement is planned for them); Mitogen 0.3.54 supports ansible-core 2.19 to 2.21.
 options: {}
 """
