@@ -2,11 +2,12 @@
 linear one): with Mitogen installed the tasks of a run share one Python per host (the modules' parent process is the
 same for two tasks; under the builtin linear strategy every task starts its own); without it the run is the builtin
 linear strategy and says so."""
-MITOGEN = {"ANSIBLE_STRATEGY": "b300.rollout.mitogen_linear"}
 import os
 import pathlib
 import subprocess
 import sys
+
+MITOGEN = {"ANSIBLE_STRATEGY": "b300.rollout.mitogen_linear"}
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PLAY = """
