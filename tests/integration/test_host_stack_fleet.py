@@ -108,6 +108,9 @@ def audit(sandbox, tmp_path, name, enabled):
 
 def test_bare_host_to_proven_stack_a_reboot_not_back_in_time_then_the_owed_reboot_while_serving(kimi, request,
                                                                                                  tmp_path):
+    """Long on purpose: one story on one host in the order an operator meets it (bare host installed, a reboot that
+    does not come back, the PD refusal, the owed reboot while serving under load, a no-change run, the audit), each
+    step starting from the state the step before left, so the fleet is deployed and made bare once."""
     sandbox = kimi
     bare(sandbox)       # (healthy: the proof expects the healthy NVLink links and NICs)
     assert wait_serving(), "kimi_k3 does not serve on both hosts after %s was made bare" % HOST

@@ -12,6 +12,7 @@ PY_USES = {
     "ansible-core": "ansible-playbook",
     "ansible-runner": "import ansible_runner",
     "paramiko": "-c paramiko",
+    "mitogen": "import ansible_mitogen",     # the opt-in strategy plugin b300.rollout.mitogen_linear
     "jinja2": ".j2",                       # templates rendered by ansible.builtin.template
     "pyyaml": "import yaml",
     "molecule": "molecule test",
