@@ -87,7 +87,7 @@ def test_serving_entry_point_calls_the_sglang_entry_points_around_the_whole_stag
         elif "ansible.builtin.systemd_service" in t:
             steps.append("units:" + t["ansible.builtin.systemd_service"]["state"])
     assert steps == ["sglang:take_out", "sglang:drain", "units:stopped", "preflight.yml", "install.yml", "proof.yml",
-                     "sglang:restart", "sglang:start_and_wait", "sglang:put_back"]
+                     "units:started", "sglang:start_and_wait", "sglang:put_back"]
     assert block["when"] == "not ansible_check_mode"
     # a failure out of service says so (never silently left out of the router)
     assert "stays OUT of service" in block["rescue"][0]["ansible.builtin.fail"]["msg"]
