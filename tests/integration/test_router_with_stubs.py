@@ -236,16 +236,11 @@ def test_regular_round_robin_and_worker_management(procs, tmp_path, router_pytho
     assert procs.stop(w2["proc"]) == -signal.SIGKILL
 
 
-def recorded_bootstrap(stub, within_s=5.0):
-    """The stub's last_bootstrap once it has recorded the request: it records a request after sending its response
-    (sandbox/sglang_stub/sglang_stub.py _run: _send, then st.record), so a client reading right after its answer can
-    be first on a loaded machine."""
-    deadline = time.monotonic() + within_s
-    while True:
-        last = http("GET", stub["url"] + "/stub/last_requests")[1]["last_bootstrap"]
-        if last or time.monotonic() > deadline:
-            return last
-        time.sleep(0.05)
+def last_bootstrap(stub):
+    """The stub's last_bootstrap. It records a request after sending its response (sandbox/sglang_stub/sglang_stub.py
+    _run: _send, then st.record), so a client reading right after its answer can be first on a loaded machine: the
+    callers wait for it (wait_for)."""
+    return http("GET", stub["url"] + "/stub/last_requests")[1]["last_bootstrap"]
 
 
 def test_pd_pairing_bootstrap(procs, tmp_path, router_python):
@@ -285,18 +280,11 @@ def test_pd_pairing_bootstrap(procs, tmp_path, router_python):
         inst, mode = answered_by(text)
         assert mode == "decode", "the answer must come from a decode stub: %s" % text
         decode = by_inst[inst]
-        d_last = recorded_bootstrap(decode)
-        assert d_last and isinstance(d_last["bootstrap_room"], int), d_last
-        deadline = time.monotonic() + 5        # the prefill records after its response too (recorded_bootstrap)
-        while True:
-            paired = []
-            for p in prefills:
-                p_last = http("GET", p["url"] + "/stub/last_requests")[1]["last_bootstrap"]
-                if p_last and p_last["bootstrap_room"] == d_last["bootstrap_room"]:
-                    paired.append((p, p_last))
-            if paired or time.monotonic() > deadline:
-                break
-            time.sleep(0.05)
+        d_last = wait_for(lambda decode=decode: last_bootstrap(decode), 5, "%s to record the PD request" % inst)
+        assert isinstance(d_last["bootstrap_room"], int), d_last
+        room = d_last["bootstrap_room"]
+        paired = wait_for(lambda room=room: [(p, b) for p, b in ((p, last_bootstrap(p)) for p in prefills)
+                                   if b and b["bootstrap_room"] == room], 5, "a prefill to record room %s" % room)
         assert len(paired) == 1, "exactly one prefill must have seen room %s" % d_last["bootstrap_room"]
         p, p_last = paired[0]
         assert p_last["bootstrap_port"] == p["bootstrap_port"], (p_last, p["bootstrap_port"])
