@@ -37,6 +37,19 @@ def _env():
     return env
 
 
+def failed_tasks(output, limit=6):
+    """The failed tasks of an ansible-playbook output (their TASK line and the failure, each cut to 800 characters),
+    as a block for the END of an assertion message: the tail of a long output is what CI's summary keeps, and the
+    recap alone does not say what failed (CI of 2026-12-06: two deploys failed on b300a with only their recap shown)."""
+    found, task = [], ""
+    for line in output.splitlines():
+        if line.startswith("TASK ["):
+            task = line.rstrip("* ")
+        elif line.startswith(("fatal: [", "failed: [")) or line.startswith("ERROR!"):
+            found.append("%s\n  %s" % (task, line[:800]))
+    return ("\n=== failed tasks (%d):\n%s" % (len(found), "\n".join(found[-limit:]))) if found else ""
+
+
 class Sandbox:
     """Handle on the running 2-host sandbox."""
 
@@ -56,8 +69,9 @@ class Sandbox:
         r = subprocess.run(argv, cwd=ROOT, env=kw.pop("env", self.env), capture_output=True, text=True,
                            timeout=timeout, **kw)
         if check and r.returncode != 0:
-            raise AssertionError("%s failed (rc %d):\n%s\n%s" % (" ".join(map(str, argv)), r.returncode,
-                                                                 r.stdout[-4000:], r.stderr[-4000:]))
+            raise AssertionError("%s failed (rc %d):\n%s\n%s%s" % (" ".join(map(str, argv)), r.returncode,
+                                                                   r.stdout[-4000:], r.stderr[-4000:],
+                                                                   failed_tasks(r.stdout)))
         return r
 
     def ansible_playbook(self, playbook, *args, limit=None, check=True, timeout=600):

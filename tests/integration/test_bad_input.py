@@ -45,6 +45,9 @@ SNAPSHOT_CMD = (
 pytestmark = [pytest.mark.integration]
 HWEMU = ROOT / "sandbox" / "hwemu"
 HEALTHY_SYS = ROOT / "tests" / "fixtures" / "synth" / "healthy" / "sys"
+# a -c local run's host lock, per host in the run's own directory: never the controller's /run/lock/b300-rollout,
+# which the controller lane's other local runs (firmware update, host lock) take beside it (CI of 2026-12-06)
+LOCAL_LOCK = "%s/hostlock/{{ inventory_hostname }}.lock"
 KEY = "sk-b300-" + "5f0c1e9a7b3d4c2e" * 2     # a legal key: the bad keys below are made from it
 
 
@@ -230,7 +233,7 @@ def run_controller_side(spec):
         hw = {"hw_module_defaults": {"bin_path": [str(HWEMU / "bin")], "sysfs_root": str(pathlib.Path(d) / "sys")},
               "ansible_python_interpreter": sys.executable, "ansible_become": False,
               # the inputs only: the host-side checks (weights, address, ports) need the real hosts (E2E cases)
-              "sglang_host_checks": False}
+              "sglang_host_checks": False, "host_lock_path": LOCAL_LOCK % d}
         argv = (["ansible-playbook", "-i", str(ROOT / "inventory" / "sandbox")] + inv
                 + ["site.yml", "--tags", "preflight", "-l", "b300a,b300b", "-c", "local"] + ev
                 + ["-e", json.dumps(hw)])

@@ -55,7 +55,9 @@ def local(tmp_path_factory):
             "hw_bin_path": str(emu / "bin"), "hw_sysfs_root": str(emu / "sys"),
             "nccl_validation_tests_bin_dir": str(emu / "bin"), "b300_maintenance_lock": str(t / "lock" / "lock"),
             "nic_firmware_update_remote_dir": str(t / "remote"), "sglang_gpu_boot_check": False,
-            "nccl_validation_artifacts_dir": str(t / "nccl"), "nic_firmware_update_lock_dir": str(t / "niclocks")}))
+            "nccl_validation_artifacts_dir": str(t / "nccl"), "nic_firmware_update_lock_dir": str(t / "niclocks"),
+            # never the controller's own /run/lock/b300-rollout: controller-lane tests run beside each other
+            "host_lock_path": str(t / "hostlock" / "{{ inventory_hostname }}.lock")}))
     imgs = {}
     for name, psid in (("good", "MT_0000001217"), ("wrong", "MT_0000001218")):
         p = t / ("cx8-%s.bin" % name)

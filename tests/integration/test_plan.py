@@ -26,6 +26,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 # the sandbox's hardware emulator and its rendered healthy sysfs tree (as tests/integration/test_bad_input.py uses them)
 HWEMU = ROOT / "sandbox" / "hwemu"
 HEALTHY_SYS = ROOT / "tests" / "fixtures" / "synth" / "healthy" / "sys"
+# a -c local run's host lock, per host in the run's own directory: never the controller's /run/lock/b300-rollout,
+# which the controller lane's other local runs (firmware update, host lock) take beside it (CI of 2026-12-06)
+LOCAL_LOCK = "%s/hostlock/{{ inventory_hostname }}.lock"
 HOSTS = ("b300a", "b300b")
 MARKER_RE = re.compile(r"^# X-B300-Managed: sglang (?:worker \(instance \S+, profile (?P<profile>\w+), sglang "
                        r"(?P<version>[\d.]+)\)|router \(profile (?P<rprofile>\w+), )", re.M)
@@ -134,7 +137,7 @@ def test_preflight_prints_the_same_text(sandbox, deployment, planned):
         (pathlib.Path(d) / "sys").symlink_to(HEALTHY_SYS)
         hw = {"hw_module_defaults": {"bin_path": [str(HWEMU / "bin")], "sysfs_root": str(pathlib.Path(d) / "sys")},
               "ansible_python_interpreter": sys.executable, "ansible_become": False, "sglang_host_checks": False,
-              "sglang_profile": deployment["profile"]}
+              "sglang_profile": deployment["profile"], "host_lock_path": LOCAL_LOCK % d}
         env = dict(sandbox.env, HWEMU_ROOT=d, ANSIBLE_LOCAL_TEMP=str(pathlib.Path(d) / "tmp"),
                    ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="ansible.posix.json")
         r = subprocess.run(["ansible-playbook", "-i", sandbox.inventory, "site.yml", "--tags", "preflight",

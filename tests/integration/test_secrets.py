@@ -372,7 +372,8 @@ def test_bad_key_refused_and_in_no_output_or_artifact(key, tmp_path):
     varsfile = tmp_path / "key.yml"
     varsfile.write_text(json.dumps({"sglang_api_key": key, "sglang_profile": "kimi_k3"}))
     hw = {"hw_module_defaults": {"bin_path": [str(tbi.HWEMU / "bin")], "sysfs_root": str(tmp_path / "sys")},
-          "ansible_python_interpreter": sys.executable, "ansible_become": False, "sglang_host_checks": False}
+          "ansible_python_interpreter": sys.executable, "ansible_become": False, "sglang_host_checks": False,
+          "host_lock_path": tbi.LOCAL_LOCK % tmp_path}
     env = tbi.controller_env(tmp_path)
     argv = ["ansible-playbook", "-i", str(ROOT / "inventory" / "sandbox"), "site.yml", "--tags", "preflight",
             "-l", "b300a,b300b", "-c", "local", "-e", "@%s" % varsfile,

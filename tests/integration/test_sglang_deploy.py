@@ -15,6 +15,8 @@ import subprocess
 
 import pytest
 
+from conftest import failed_tasks
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 VENV_BIN = ROOT / ".venv" / "bin"
 INVENTORY = ROOT / "inventory" / "sandbox"
@@ -36,7 +38,7 @@ def deploy(profile, *extra, playbook=PLAYBOOK):
     cmd = [str(VENV_BIN / "ansible-playbook"), "-i", str(INVENTORY), playbook, "-l", "b300a,b300b",
            "-e", "sglang_profile=%s" % profile, *extra]
     proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=1500, check=False)
-    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:] + failed_tasks(proc.stdout)
     return proc.stdout
 
 
