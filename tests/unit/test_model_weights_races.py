@@ -242,6 +242,52 @@ def test_an_earlier_runs_server_on_the_port_is_named_or_taken_over(model):
     assert old.wait(timeout=30) == -signal.SIGTERM
 
 
+def test_the_controllers_server_ends_with_the_run_that_started_it(model):
+    """A run killed hard (kill -9 of ansible-playbook, a lost controller) runs no cleanup: its controller-side server
+    stopped only at max_s (timeout + 300 s: hours) and kept the port and its token (seen 2026-12-06: a helper's killed
+    run's server answered the next CI run's stage with 401). With watch_run it stops once that run is gone."""
+    from ansible_collections.b300.rollout.plugins.module_utils.common.host_lock import proc_start
+    ansible_run = subprocess.Popen(["sleep", "600"])        # stands in for the run's ansible-playbook process
+    port = mio_free_port()
+    watch = {"pid": ansible_run.pid, "start": proc_start(ansible_run.pid)}
+    server = start({"mode": "serve", "host": "controller", "kind": "source", "root": model["src_root"],
+                    "bind_address": "127.0.0.1", "port": port, "secrets_file": str(model["tmp"] / "secrets.json"),
+                    "run_dir": str(model["tmp"] / "runs" / "r1"), "max_s": 600, "watch_run": watch,
+                    "models": [{"rel": "org/M", "final": str(final_of(model)), "files": model["files"]}]},
+                   model["tmp"])
+    try:
+        wait_for(lambda: listening(port) or server.poll() is not None, timeout=30)
+        time.sleep(1.5)
+        assert server.poll() is None, "the server stopped while its run was alive"
+        t0 = time.monotonic()
+        ansible_run.kill()
+        ansible_run.wait()
+        res = server.result(timeout=30)
+        assert not res.get("failed"), res
+        assert time.monotonic() - t0 < 5, "the server outlived its run by %.1f s" % (time.monotonic() - t0)
+        assert not listening(port)
+    finally:
+        ansible_run.kill()
+        server.kill()
+
+
+def test_a_server_watching_no_run_or_a_reused_pid():
+    """No run named: never gone. A live PID whose start time differs (the PID reused by another process): gone."""
+    from ansible_collections.b300.rollout.plugins.module_utils.weights import model_weights_stage as engine
+    assert engine.run_gone(None) is False and engine.run_gone({}) is False
+    me = {"pid": os.getpid(), "start": engine.hl.proc_start(os.getpid())}
+    assert engine.run_gone(me) is False
+    assert engine.run_gone(dict(me, start="1")) is True
+
+
+def listening(port):
+    try:
+        __import__("socket").create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
 def mio_free_port():
     s = __import__("socket").socket()
     s.bind(("127.0.0.1", 0))

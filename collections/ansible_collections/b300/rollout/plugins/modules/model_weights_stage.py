@@ -27,7 +27,7 @@ description:
     absolute path, no NUL). How each step is made safe: module_utils/weights/model_weights_stage.py."
   - "C(serve): a read-only HTTP server with byte ranges bound to O(bind_address) for the hosts that pull from this one
     (or, O(kind=source), for the controller's path source); every request needs the run's token; it serves verified
-    files only and stops when O(stop_file) appears or after O(max_s)."
+    files only and stops when O(stop_file) appears, the run O(watch_run) ends, or after O(max_s)."
   - "The engine: module_utils/weights/model_weights_stage.py (decisions model_weights.py, I/O model_weights_io.py)."
 version_added: "1.2.0"
 extends_documentation_fragment: [ansible.builtin.action_common_attributes, b300.rollout.common]
@@ -170,6 +170,10 @@ options:
     description: serve mode, the server stops after this many seconds in any case.
     type: int
     default: 86400
+  watch_run:
+    description: serve mode on the run's own controller, that run (C(pid) and C(start) as lookup b300.rollout.run_identity gives them);
+      the server stops within a second once it is gone (Ctrl-C, kill -9), not O(max_s) later.
+    type: dict
 """
 
 EXAMPLES = r"""
@@ -266,26 +270,22 @@ def main():
             models=dict(type="list", elements="dict", default=[]),
             secrets_file=dict(type="path"),
             run_dir=dict(type="path", default="/run/b300-weights"),
-            # the staged files
             owner=dict(type="str", default="root"), group=dict(type="str", default="sglang"),
             file_mode=dict(type="str", default="0640"), dir_mode=dict(type="str", default="0750"),
-            # how they are fetched and verified
             parallel=dict(type="int", default=4),
             writeback=dict(type="str", default="behind", choices=["behind", "end"]),
             drop_cache=dict(type="bool", default=False),
             retries=dict(type="int", default=3), retry_delay_s=dict(type="float", default=2.0),
-            retry_max_delay_s=dict(type="float", default=30.0),
-            reserve_bytes=dict(type="int", default=0),
+            retry_max_delay_s=dict(type="float", default=30.0), reserve_bytes=dict(type="int", default=0),
             verify=dict(type="str", default="marker", choices=["marker", "full"]),
             protect_home=dict(type="bool", default=True),
             peer_wait_s=dict(type="int", default=600), stall_s=dict(type="int", default=60),
-            # the directory locks
             lock_wait_s=dict(type="int", default=300), takeover=dict(type="bool", default=False),
             run_id=dict(type="str", default=""),
-            # serve mode
-            bind_address=dict(type="str"), port=dict(type="int", default=31990),
+            bind_address=dict(type="str"), port=dict(type="int", default=31990),  # serve mode
             kind=dict(type="str", default="staged", choices=["staged", "source"]),
             root=dict(type="path"), stop_file=dict(type="path"), max_s=dict(type="int", default=86400),
+            watch_run=dict(type="dict"),
         ),
         supports_check_mode=True,
     )

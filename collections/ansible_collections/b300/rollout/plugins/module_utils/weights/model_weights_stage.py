@@ -31,6 +31,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from ansible_collections.b300.rollout.plugins.module_utils.common import host_lock as hl
 from ansible_collections.b300.rollout.plugins.module_utils.weights import model_weights as mw
 from ansible_collections.b300.rollout.plugins.module_utils.weights import model_weights_io as mio
 
@@ -1027,6 +1028,14 @@ def stage_models(p, stager, results):
     return res
 
 
+def run_gone(run):
+    """Whether the run a server was started for (run_identity's pid and start) has ended; no run named: never.
+    A PID reused by a later process has another start time (common/host_lock.py proc_start)."""
+    if not run or not run.get("pid"):
+        return False
+    return hl.proc_start(run["pid"]) != str(run.get("start"))
+
+
 def serve(p, check_mode, t0, io0):
     """serve mode: the verified files of p["models"] to the peers that hold the token, until max_s or stop_file."""
     if check_mode:
@@ -1064,6 +1073,8 @@ def serve(p, check_mode, t0, io0):
     served_path = os.path.join(p["run_dir"], "served-%s.json" % p["kind"])
     try:
         while time.time() - t0 < p["max_s"] and not (p["stop_file"] and os.path.exists(p["stop_file"])):
+            if run_gone(p.get("watch_run")):
+                break       # the run that started it is gone (Ctrl-C, kill -9): no one pulls from it any more
             time.sleep(0.5)
             mio.write_json_atomic(served_path, srv.stats(), mode=0o600)
     finally:
