@@ -87,7 +87,10 @@ def test_serving_entry_point_calls_the_sglang_entry_points_around_the_whole_stag
         elif "ansible.builtin.systemd_service" in t:
             steps.append("units:" + t["ansible.builtin.systemd_service"]["state"])
     assert steps == ["sglang:take_out", "sglang:drain", "units:stopped", "preflight.yml", "install.yml", "proof.yml",
-                     "units:started", "sglang:start_and_wait", "sglang:put_back"]
+                     "sglang:restart", "sglang:start_and_wait", "sglang:put_back"]
+    # the units stopped are the units started again, through sglang's one restart block (the router's unit included)
+    start = next(t for t in block["block"] if t.get("ansible.builtin.include_role", {}).get("tasks_from") == "restart")
+    assert start["vars"] == {"_sglang_restart_state": "started", "_sglang_restart_insts": "{{ _host_stack_restart }}"}
     assert block["when"] == "not ansible_check_mode"
     # a failure out of service says so (never silently left out of the router)
     assert "stays OUT of service" in block["rescue"][0]["ansible.builtin.fail"]["msg"]
