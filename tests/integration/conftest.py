@@ -45,7 +45,7 @@ def failed_tasks(output, limit=6):
     for line in output.splitlines():
         if line.startswith("TASK ["):
             task = line.rstrip("* ")
-        elif line.startswith(("fatal: [", "failed: [")) or line.startswith("ERROR!"):
+        elif line.startswith(("fatal: [", "failed: [", "ERROR!")):
             found.append("%s\n  %s" % (task, line[:800]))
     return ("\n=== failed tasks (%d):\n%s" % (len(found), "\n".join(found[-limit:]))) if found else ""
 

@@ -21,14 +21,12 @@ import tempfile
 import pytest
 
 from ansible_collections.b300.rollout.plugins.module_utils.sglang import sglang_plan as sp
+from test_bad_input import LOCAL_LOCK  # a -c local run's host lock in its own directory
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 # the sandbox's hardware emulator and its rendered healthy sysfs tree (as tests/integration/test_bad_input.py uses them)
 HWEMU = ROOT / "sandbox" / "hwemu"
 HEALTHY_SYS = ROOT / "tests" / "fixtures" / "synth" / "healthy" / "sys"
-# a -c local run's host lock, per host in the run's own directory: never the controller's /run/lock/b300-rollout,
-# which the controller lane's other local runs (firmware update, host lock) take beside it (CI of 2026-12-06)
-LOCAL_LOCK = "%s/hostlock/{{ inventory_hostname }}.lock"
 HOSTS = ("b300a", "b300b")
 MARKER_RE = re.compile(r"^# X-B300-Managed: sglang (?:worker \(instance \S+, profile (?P<profile>\w+), sglang "
                        r"(?P<version>[\d.]+)\)|router \(profile (?P<rprofile>\w+), )", re.M)

@@ -1030,10 +1030,8 @@ def stage_models(p, stager, results):
 
 def run_gone(run):
     """Whether the run a server was started for (run_identity's pid and start) has ended; no run named: never.
-    A PID reused by a later process has another start time (common/host_lock.py proc_start)."""
-    if not run or not run.get("pid"):
-        return False
-    return hl.proc_start(run["pid"]) != str(run.get("start"))
+    A PID reused by a later process has another start time (the host lock's own process_alive)."""
+    return bool(run and run.get("pid")) and not hl.process_alive(run["pid"], run.get("start"))
 
 
 def serve(p, check_mode, t0, io0):
