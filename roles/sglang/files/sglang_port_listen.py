@@ -1,21 +1,38 @@
 """Short-lived TCP listener for the SGLang reachability preflight (roles/sglang/tasks/reachability.yml).
 
-usage: python3 -c "$(cat sglang_port_listen.py)" SECONDS PORT:EXPECTED [PORT:EXPECTED ...]
+usage: python3 -c "$(cat sglang_port_listen.py)" SECONDS READY_FILE PORT:EXPECTED [PORT:EXPECTED ...]
+       python3 -c "$(cat sglang_port_listen.py)" --await SECONDS READY_FILE
 Binds each PORT on all addresses ONLY when it is free and accepts connections (closing each at once) until every
-port has had EXPECTED connections or SECONDS have passed, then exits: nothing is left behind. A port already in use
+port has had EXPECTED connections or SECONDS have passed, then exits: nothing is left behind. Once every port is
+bound (or found in use) it creates READY_FILE (exclusively, mode 0600, never through a link). The role runs the
+listener as an async job, whose start can lag its task by seconds on a loaded host (a connect that came first was
+judged a blocked path in CI), so before any host connects it runs the --await form on the same host: it waits up to
+SECONDS for READY_FILE, removes it and exits 0, or exits 1 naming the file it did not see. A port already in use
 (the running SGLang service on a second run) is left alone: a connect to it proves the path as well.
 Prints one JSON line: {"listening": [ports], "in_use": [ports], "accepted": {port: [peer addresses]}}.
 """
 import errno
 import json
+import os
 import select
 import socket
 import sys
 import time
 
+if sys.argv[1] == "--await":
+    deadline = time.monotonic() + float(sys.argv[2])
+    while time.monotonic() < deadline:
+        try:
+            os.unlink(sys.argv[3])
+            sys.exit(0)
+        except FileNotFoundError:
+            time.sleep(0.2)
+    sys.exit("the reachability listener did not bind its ports within %s s (no %s)" % (sys.argv[2], sys.argv[3]))
+
 deadline = time.monotonic() + float(sys.argv[1])
+ready_file = sys.argv[2]
 want, socks, in_use, accepted = {}, {}, [], {}
-for spec in sys.argv[2:]:
+for spec in sys.argv[3:]:
     port, _, expected = spec.partition(":")
     port = int(port)
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -35,6 +52,7 @@ for spec in sys.argv[2:]:
     socks[s] = port
     want[port] = int(expected or 1)
     accepted[port] = []
+os.close(os.open(ready_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600))
 while socks and time.monotonic() < deadline:
     if all(len(accepted[p]) >= n for p, n in want.items()):
         break
