@@ -368,6 +368,10 @@ class Bench:
         rec.update(detail)
         rec["first_failure_s"] = next((round(r["t_start"] - t1, 2) for r in records if not r["ok"]), None)
         rec["last_failure_s"] = max((round(r["t_start"] - t1, 2) for r in records if not r["ok"]), default=None)
+        # what each failed request got, in seconds after the action began: an HAProxy 502 and a router 502 read
+        # differently (HTML "502 Bad Gateway" page vs the router's own text), so a rare one names its source
+        rec["failures"] = [{"t_s": round(r["t_start"] - t1, 2), "latency_s": r.get("latency_s"), "error": r["error"]}
+                           for r in records if not r["ok"]][:10]
         return rec
 
     # -- setup / restore -------------------------------------------------------------------------------------------

@@ -14,6 +14,8 @@
 The sandbox is left as found: faults and latency cleared, every kimi_k3 instance listed healthy by the router.
 """
 
+import json
+
 import pytest
 
 import reliability
@@ -38,7 +40,10 @@ def bench(sandbox, tmp_path_factory):  # `sandbox` is unused by name: requesting
 
 
 def _why(rec):
-    return {k: rec.get(k) for k in ("sent", "failed", "during", "playbooks", "restarted", "stopped_at")}
+    """The record as text, failed requests first (pytest shortens a non-string message to a few hundred characters:
+    CI once kept only 'http_502': 1 of a failure)."""
+    keys = ("failures", "sent", "failed", "during", "playbooks", "restarted", "stopped_at")
+    return json.dumps({k: rec.get(k) for k in keys}, default=str)[:6000]
 
 
 def test_rolling_restart_under_load_zero_failures(bench):
