@@ -143,7 +143,7 @@ def start_stub(procs, tmp_path, name, version="0.5.18", mode=None, bootstrap_por
             "instance": "127.0.0.1:%d" % port}
 
 
-def start_router(procs, router_python, args):
+def start_router(procs, router_python, args, workers):
     port, prom = free_port(), free_port()
     argv = [str(router_python), "-m", "sglang_router.launch_router", "--host", "127.0.0.1", "--port", str(port),
             "--prometheus-host", "127.0.0.1", "--prometheus-port", str(prom), "--health-check-interval-secs", "2",
@@ -152,11 +152,17 @@ def start_router(procs, router_python, args):
     url = "http://127.0.0.1:%d" % port
 
     def ready():
+        # /readiness answers 200 once ONE worker is healthy: the router registers its start-up workers one by one
+        # (a fresh-clone CI run read {'healthy_workers': 1, 'total_workers': 1} with two given), so wait for all
         assert proc.poll() is None, "router exited: %s" % procs.log_of("router")[-2000:]
         code, body = http("GET", url + "/readiness", timeout=2)
-        return body if code == 200 else None
+        if code != 200 or not isinstance(body, dict) or body.get("healthy_workers", workers) < workers:
+            return None
+        code, listing = http("GET", url + "/workers", timeout=2)
+        return body if code == 200 and isinstance(listing, dict) and len(listing.get("workers") or []) == workers \
+            else None
 
-    wait_for(ready, 60, "router /readiness 200")
+    wait_for(ready, 60, "router /readiness 200 with %d workers registered" % workers)
     return {"url": url, "proc": proc, "prom": prom}
 
 
@@ -178,7 +184,8 @@ def answered_by(text):
 def test_regular_round_robin_and_worker_management(procs, tmp_path, router_python):
     w1 = start_stub(procs, tmp_path, "w1")
     w2 = start_stub(procs, tmp_path, "w2")
-    router = start_router(procs, router_python, ["--worker-urls", w1["url"], w2["url"], "--policy", "round_robin"])
+    router = start_router(procs, router_python, ["--worker-urls", w1["url"], w2["url"], "--policy", "round_robin"],
+                          workers=2)
 
     code, body = http("GET", router["url"] + "/readiness")
     assert code == 200 and body["healthy_workers"] == 2, body
@@ -257,7 +264,7 @@ def test_pd_pairing_bootstrap(procs, tmp_path, router_python):
     for d in decodes:
         args += ["--decode", d["url"]]
     args += ["--prefill-policy", "round_robin", "--decode-policy", "round_robin"]
-    router = start_router(procs, router_python, args)
+    router = start_router(procs, router_python, args, workers=len(prefills + decodes))
 
     code, listing = http("GET", router["url"] + "/workers")
     assert code == 200, listing
