@@ -47,3 +47,33 @@ def test_fabric_wait_is_bounded_and_passes_when_completed(tmp_path):
     good = subprocess.run(["sh", str(WAIT), str(SMI), "2"], env=_env(tmp_path, 0), capture_output=True, text=True,
                           timeout=60, check=False)
     assert good.returncode == 0, good.stderr
+
+
+def test_fabric_wait_does_not_pass_when_nvidia_smi_fails_or_lists_no_gpu(tmp_path):
+    """No driver loaded yet (nvidia-smi exits 9 with its one-line message, as a real host before the driver loads) or
+    an nvidia-smi that prints no GPU: no fabric state can be read, which used to count as no bad state - the wait
+    said 'Completed on every GPU' and exited 0. Now it waits and fails naming nvidia-smi's exit and first line."""
+    cases = {
+        "nodriver": "echo 'NVIDIA-SMI has failed because it couldn'\"'\"'t communicate with the NVIDIA driver. Make sure "
+                    "that the latest NVIDIA driver is installed and running.'; exit 9",
+        "nogpu": "echo 'No devices were found'; exit 0",
+    }
+    for name, body in cases.items():
+        smi = tmp_path / name
+        smi.write_text("#!/bin/sh\n%s\n" % body)
+        smi.chmod(0o755)
+        r = subprocess.run(["sh", str(WAIT), str(smi), "2"], capture_output=True, text=True, timeout=60, check=False)
+        assert r.returncode == 1 and "Completed on every GPU" not in r.stdout, (name, r.stdout, r.stderr)
+        assert "0 GPU(s) listed" in r.stderr and "check the driver" in r.stderr, (name, r.stderr)
+        assert ("exit 9, 0 GPU(s) listed: NVIDIA-SMI has failed" in r.stderr) == (name == "nodriver"), r.stderr
+
+
+def test_fabric_wait_passes_on_the_real_h200_output(tmp_path):
+    """A real single-H200 machine's nvidia-smi -q (this project's capture: one GPU, Fabric / State N/A: no NVLink
+    fabric) passes at once."""
+    real = ROOT / "sandbox" / "hwemu" / "real" / "nvidia-h200-vm" / "q.txt"
+    smi = tmp_path / "smi"
+    smi.write_text("#!/bin/sh\ncat '%s'\n" % real)
+    smi.chmod(0o755)
+    r = subprocess.run(["sh", str(WAIT), str(smi), "2"], capture_output=True, text=True, timeout=60, check=False)
+    assert r.returncode == 0 and "Completed on every GPU" in r.stdout, (real, r.stderr)
