@@ -16,6 +16,7 @@ host is left bare again (stand-ins purged, the stage's files removed, power-cycl
 test sees its scenario as before. 126 s on a busy fleet (2026-12-06; 106 s before the serving reboot was added): the
 serving reboot's run 50.5 s with 213 requests through the router, 0 failed; the glm52_pd refusal 5.0 s.
 """
+import contextlib
 import json
 import re
 import time
@@ -28,6 +29,7 @@ pytestmark = pytest.mark.integration
 
 HOST = "b300b"
 DRIVER = "580.173.02"
+EMU_RUN = "/run/hwemu"      # the emulator's run dir on the hosts (sandbox/hwemu/hwemu_cli.py run_dir)
 STAGE_FILES = ("/etc/apt/apt.conf.d/51b300-host-stack-blacklist", "/etc/apt/preferences.d/b300-host-stack.pref",
                "/etc/modules-load.d/b300-host-stack.conf")
 # every stand-in carries /usr/share/doc/<name>/STAND-IN (sandbox/hoststack_repo/build.py)
@@ -69,6 +71,27 @@ def serving_stage(sandbox, *extra):
                                  "-e", "host_stack_reboot=reboot", *extra, limit="b300a,b300b", check=False,
                                  timeout=900)
     return r, round(time.monotonic() - t0, 1)
+
+
+@contextlib.contextmanager
+def units_started_before_the_stack_changed(sandbox):
+    """HOST's emulated boot record (sandbox/hwemu/hoststack.py: hoststack-boot.json, hoststack-fm.json) says, inside
+    the block, that this boot loaded the installed open driver and its fabric manager started; put back after."""
+    boot, fm = "%s/hoststack-boot.json" % EMU_RUN, "%s/hoststack-fm.json" % EMU_RUN
+    saved = json.loads(sandbox.exec(HOST, "cat %s" % boot).stdout)
+    assert saved["driver"] is None, "step 2 expects a boot without the driver (the reboot owed): %s" % saved
+    fm_saved = sandbox.exec(HOST, "cat %s" % fm, check=False).stdout.strip()
+    # the driver and the NVSwitch bridge modules loaded (the fabric manager's start needs both), its start long ago
+    # ("at" 1: the emulator counts the fabric delay from it; hoststack.py apply)
+    mods = saved["modules"] + [m for m in ("nvidia", "mlx5_ib", "ib_umad") if m not in saved["modules"]]
+    loaded = dict(saved, driver={"flavour": "open", "version": DRIVER}, modules=mods)
+    try:
+        sandbox.exec(HOST, "printf '%%s' '%s' > %s && printf '%%s' '%s' > %s" % (
+            json.dumps(loaded), boot, json.dumps({"ok": True, "at": 1, "driver": DRIVER}), fm))
+        yield
+    finally:
+        sandbox.exec(HOST, "printf '%%s' '%s' > %s" % (json.dumps(saved), boot))
+        sandbox.exec(HOST, ("printf '%%s' '%s' > %s" % (fm_saved, fm)) if fm_saved else "rm -f %s" % fm)
 
 
 def serving_units(sandbox):
@@ -146,9 +169,16 @@ def test_bare_host_to_proven_stack_a_reboot_not_back_in_time_then_the_owed_reboo
     held = set(sandbox.exec(HOST, "apt-mark showhold").stdout.split())
     assert {"nvidia-driver-580-server-open", "nvidia-fabricmanager-580", "nvlsm"} <= held, held
 
-    # 2. b300b serves kimi_k3 again, and still owes the reboot
-    sandbox.exec(HOST, "systemctl start %s" % " ".join(was_serving))
-    assert wait_serving(), "b300b's worker not back in the router after its units started"
+    # 2. b300b serves kimi_k3 again, and still owes the reboot. On a real host that state is units started BEFORE
+    # the stack changed under them (running CUDA processes keep the module they opened; a NEW process - nvidia-smi,
+    # the units' fabric wait - fails while no driver, or another version, is loaded). The emulator cannot start a
+    # process in the past, so the units start while its boot record says the installed driver is loaded and the
+    # fabric up, and the record is put back at once: the host then owes the reboot, as before.
+    with units_started_before_the_stack_changed(sandbox):
+        assert sandbox.exec(HOST, "/opt/hwemu/bin/nvidia-smi -L", check=False).returncode == 0
+        sandbox.exec(HOST, "systemctl start %s" % " ".join(was_serving), timeout=300)
+        assert wait_serving(), "b300b's worker not back in the router after its units started"
+    assert sandbox.exec(HOST, "/opt/hwemu/bin/nvidia-smi -L", check=False).returncode == 9, "the driver of the last boot is back"
     before = serving_units(sandbox)
 
     # 2a. glm52_pd: refused before any change, naming the host, the profile, the flag and the fix
