@@ -35,13 +35,32 @@ def test_await_returns_only_after_the_port_is_bound_and_consumes_the_ready_file(
     waited = _run("--await", 20, ready)
     assert waited.returncode == 0, waited.stderr
     assert time.monotonic() - t0 >= 1.0, "the await returned before the (delayed) listener started"
+    assert waited.stdout.strip() == str(listener.pid), "the await prints the listener's PID"
     assert not ready.exists(), "the await removes the ready file"
-    # the port is bound now: a single connect succeeds at once and ends the listener (1 connection expected)
-    with socket.create_connection(("127.0.0.1", port), timeout=2):
-        pass
+    # the port is bound now: connects succeed at once, and more than the one expected do not end the listener
+    # (a running router's health checks come from the very host whose connect is being proven)
+    for _ in range(3):
+        with socket.create_connection(("127.0.0.1", port), timeout=2):
+            pass
+        time.sleep(0.6)
+    assert listener.poll() is None, "the listener left after the expected count: a later connect would be refused"
+    # --stop ends it (SIGTERM, handled: it prints its record and exits 0, so async_status reports success)
+    assert _run("--stop", ready, listener.pid).returncode == 0
     out, _ = listener.communicate(timeout=20)
     assert listener.returncode == 0
-    assert json.loads(out) == {"listening": [port], "in_use": [], "accepted": {str(port): ["127.0.0.1"]}}
+    assert json.loads(out) == {"listening": [port], "in_use": [], "accepted": {str(port): ["127.0.0.1"] * 3}}
+
+
+def test_stop_leaves_a_process_alone_that_is_not_this_listener(tmp_path):
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert _run("--stop", tmp_path / "ready", other.pid).returncode == 0
+        time.sleep(0.3)
+        assert other.poll() is None, "--stop killed a process whose command line does not name the ready file"
+        assert _run("--stop", tmp_path / "ready", 2 ** 22 + 7).returncode == 0, "a gone PID is nothing to stop"
+    finally:
+        other.kill()
+        other.wait()
 
 
 def test_port_in_use_is_reported_and_the_listener_is_ready_at_once(tmp_path):
@@ -55,6 +74,7 @@ def test_port_in_use_is_reported_and_the_listener_is_ready_at_once(tmp_path):
         assert json.loads(r.stdout) == {"listening": [], "in_use": [port], "accepted": {}}
         assert ready.exists(), "nothing to bind: the ready file is there for the await to take"
         assert _run("--await", 5, ready).returncode == 0 and not ready.exists()
+        assert _run("--stop", ready, 2 ** 22 + 7).returncode == 0, "a listener gone already is nothing to stop"
     finally:
         busy.close()
 

@@ -2,19 +2,26 @@
 
 usage: python3 -c "$(cat sglang_port_listen.py)" SECONDS READY_FILE PORT:EXPECTED [PORT:EXPECTED ...]
        python3 -c "$(cat sglang_port_listen.py)" --await SECONDS READY_FILE
-Binds each PORT on all addresses ONLY when it is free and accepts connections (closing each at once) until every
-port has had EXPECTED connections or SECONDS have passed, then exits: nothing is left behind. Once every port is
-bound (or found in use) it creates READY_FILE (exclusively, mode 0600, never through a link). The role runs the
-listener as an async job, whose start can lag its task by seconds on a loaded host (a connect that came first was
-judged a blocked path in CI), so before any host connects it runs the --await form on the same host: it waits up to
-SECONDS for READY_FILE, removes it and exits 0, or exits 1 naming the file it did not see. A port already in use
-(the running SGLang service on a second run) is left alone: a connect to it proves the path as well.
+       python3 -c "$(cat sglang_port_listen.py)" --stop READY_FILE PID
+Binds each PORT on all addresses ONLY when it is free and accepts connections (closing each at once) until it is
+told to stop (SIGTERM, the --stop form) or SECONDS have passed, then exits: nothing is left behind. It does NOT stop
+after EXPECTED connections: anything may connect meanwhile - a running router health-checks a stopped worker's port
+every few seconds from the very host whose connect is being proven, and a listener that counted that check as the
+expected connection and left was the second cause of "no connection within 8 s" in CI.
+Once every port is bound (or found in use) it creates READY_FILE (exclusively, mode 0600, never through a link) with
+its PID in it. The role runs the listener as an async job, whose start can lag its task by seconds on a loaded host
+(a connect that came first was judged a blocked path in CI), so before any host connects it runs the --await form on
+the same host: it waits up to SECONDS for READY_FILE, prints the PID, removes the file and exits 0, or exits 1 naming
+the file it did not see. After the connects, --stop sends SIGTERM to that PID when it is still this listener (its
+command line names READY_FILE). A port already in use (the running SGLang service on a second run) is left alone: a
+connect to it proves the path as well.
 Prints one JSON line: {"listening": [ports], "in_use": [ports], "accepted": {port: [peer addresses]}}.
 """
 import errno
 import json
 import os
 import select
+import signal
 import socket
 import sys
 import time
@@ -23,11 +30,25 @@ if sys.argv[1] == "--await":
     deadline = time.monotonic() + float(sys.argv[2])
     while time.monotonic() < deadline:
         try:
-            os.unlink(sys.argv[3])
-            sys.exit(0)
+            with open(sys.argv[3]) as fh:
+                pid = fh.read().strip()
+            if pid:
+                os.unlink(sys.argv[3])
+                print(pid)
+                sys.exit(0)
         except FileNotFoundError:
-            time.sleep(0.2)
+            pass
+        time.sleep(0.2)
     sys.exit("the reachability listener did not bind its ports within %s s (no %s)" % (sys.argv[2], sys.argv[3]))
+if sys.argv[1] == "--stop":
+    try:
+        with open("/proc/%d/cmdline" % int(sys.argv[3]), "rb") as fh:
+            mine = sys.argv[2].encode() in fh.read().split(b"\0")
+    except (OSError, ValueError):
+        mine = False            # gone already (nothing was free to bind, or its time is up)
+    if mine:
+        os.kill(int(sys.argv[3]), signal.SIGTERM)
+    sys.exit(0)
 
 deadline = time.monotonic() + float(sys.argv[1])
 ready_file = sys.argv[2]
@@ -52,10 +73,12 @@ for spec in sys.argv[3:]:
     socks[s] = port
     want[port] = int(expected or 1)
     accepted[port] = []
-os.close(os.open(ready_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600))
-while socks and time.monotonic() < deadline:
-    if all(len(accepted[p]) >= n for p, n in want.items()):
-        break
+stop = []
+signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+fd = os.open(ready_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+os.write(fd, b"%d\n" % os.getpid())
+os.close(fd)
+while socks and not stop and time.monotonic() < deadline:
     ready, _, _ = select.select(list(socks), [], [], max(0.0, min(0.5, deadline - time.monotonic())))
     for s in ready:
         try:
