@@ -61,6 +61,10 @@ host_name() {
   if [ "$i" -le 26 ]; then printf 'b300%b\n' "\\$(printf '%03o' $((96 + i)))"; else echo "b300h$i"; fi
 }
 host_ip() { echo "$NET_PREFIX.$((10 + $1))"; }
+# a fixed MAC per host (locally administered, 02:...), like a real NIC's across a power cycle: with podman's random MAC
+# per start, the other host's neighbour entry still pointed at the old one after a 'reboot' and its connects went
+# nowhere for up to ~40 s (CI: the deploy right after test_host_stack_fleet rebooted b300b, "no connection within 8 s")
+host_mac() { printf '02:b3:00:00:%02x:%02x\n' $(($1 / 256)) $(($1 % 256)); }
 # index of a host name (b300a -> 1, b300h27 -> 27); empty when not a fleet name
 host_index() {
   local h=${1#b300-}
@@ -414,7 +418,8 @@ create_host() {
   h=$(host_name "$i"); c=b300-$h
   ensure_identity "$h"
   podman create -q --name "$c" --hostname "$h" --label "$LABEL" --label "b300.host=$h" \
-    --network "$NET" --ip "$(host_ip "$i")" --network-alias "$h" --systemd=always --stop-timeout 3 \
+    --network "$NET" --ip "$(host_ip "$i")" --mac-address "$(host_mac "$i")" --network-alias "$h" \
+    --systemd=always --stop-timeout 3 \
     "$IMAGE" /sbin/init >/dev/null
   tar -C "$STATE/hosts/$h" --owner=0 --group=0 --numeric-owner -cf - \
     etc/machine-id etc/ssh/ssh_host_ed25519_key etc/ssh/ssh_host_ed25519_key.pub root/.ssh/authorized_keys |

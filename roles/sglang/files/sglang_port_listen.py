@@ -7,10 +7,10 @@ Binds each PORT on all addresses ONLY when it is free and accepts connections (c
 told to stop (SIGTERM, the --stop form) or SECONDS have passed, then exits: nothing is left behind. It does NOT stop
 after EXPECTED connections: anything may connect meanwhile - a running router health-checks a stopped worker's port
 every few seconds from the very host whose connect is being proven, and a listener that counted that check as the
-expected connection and left was the second cause of "no connection within 8 s" in CI.
+expected connection and left would make the real connect fail ("no connection within 8 s").
 Once every port is bound (or found in use) it creates READY_FILE (exclusively, mode 0600, never through a link) with
 its PID in it. The role runs the listener as an async job, whose start can lag its task by seconds on a loaded host
-(a connect that came first was judged a blocked path in CI), so before any host connects it runs the --await form on
+(a connect that came first would be judged a blocked path), so before any host connects it runs the --await form on
 the same host: it waits up to SECONDS for READY_FILE, prints the PID, removes the file and exits 0, or exits 1 naming
 the file it did not see. After the connects, --stop sends SIGTERM to that PID when it is still this listener (its
 command line names READY_FILE). A port already in use (the running SGLang service on a second run) is left alone: a
