@@ -21,8 +21,8 @@ def test_reach_paths_router_to_workers_and_decode_to_bootstrap():
                    ("b300b", "b300a", 8999, "decode host -> prefill b300a/P1 bootstrap port")]
     # hosts outside the play are neither sources nor targets
     assert [(p["src"], p["dst"]) for p in sc.reach_paths(PD, ["b300a"])] == [("b300a", "b300a")] * 2
-    assert sc.listen_specs(paths, "b300a") == ["30001:1", "30002:1", "8998:1", "8999:1"]
-    assert sc.listen_specs(paths + paths[-1:], "b300a")[-1] == "8999:2"
+    assert sc.listen_specs(paths, "b300a") == ["30001", "30002", "8998", "8999"]
+    assert sc.listen_specs(paths + paths[-1:], "b300a") == ["30001", "30002", "8998", "8999"], "a port once"
 
 
 def test_reach_blocked_names_the_path_and_the_rule_that_opens_it():

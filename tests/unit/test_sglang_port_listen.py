@@ -30,7 +30,7 @@ def test_await_returns_only_after_the_port_is_bound_and_consumes_the_ready_file(
     port, ready = _free_port(), tmp_path / "ready"
     # an async job that starts late: the same script, 1.5 s after its process began
     listener = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.5)\n" + SCRIPT,
-                                 "20", str(ready), "%d:1" % port], stdout=subprocess.PIPE, text=True)
+                                 "20", str(ready), str(port)], stdout=subprocess.PIPE, text=True)
     t0 = time.monotonic()
     waited = _run("--await", 20, ready)
     assert waited.returncode == 0, waited.stderr
@@ -69,7 +69,7 @@ def test_port_in_use_is_reported_and_the_listener_is_ready_at_once(tmp_path):
     busy.listen(1)
     port, ready = busy.getsockname()[1], tmp_path / "ready"
     try:
-        r = _run(20, ready, "%d:1" % port)
+        r = _run(20, ready, str(port))
         assert r.returncode == 0, r.stderr
         assert json.loads(r.stdout) == {"listening": [], "in_use": [port], "accepted": {}}
         assert ready.exists(), "nothing to bind: the ready file is there for the await to take"
@@ -89,6 +89,6 @@ def test_await_fails_naming_the_file_when_no_listener_comes(tmp_path):
 def test_ready_file_is_never_written_through_a_link(tmp_path):
     target, ready = tmp_path / "target", tmp_path / "ready"
     os.symlink(target, ready)
-    r = _run(1, ready, "%d:1" % _free_port())
+    r = _run(1, ready, str(_free_port()))
     assert r.returncode != 0 and "FileExistsError" in r.stderr
     assert not target.exists()

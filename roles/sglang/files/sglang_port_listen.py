@@ -1,11 +1,11 @@
 """Short-lived TCP listener for the SGLang reachability preflight (roles/sglang/tasks/reachability.yml).
 
-usage: python3 -c "$(cat sglang_port_listen.py)" SECONDS READY_FILE PORT:EXPECTED [PORT:EXPECTED ...]
+usage: python3 -c "$(cat sglang_port_listen.py)" SECONDS READY_FILE PORT [PORT ...]
        python3 -c "$(cat sglang_port_listen.py)" --await SECONDS READY_FILE
        python3 -c "$(cat sglang_port_listen.py)" --stop READY_FILE PID
 Binds each PORT on all addresses ONLY when it is free and accepts connections (closing each at once) until it is
-told to stop (SIGTERM, the --stop form) or SECONDS have passed, then exits: nothing is left behind. It does NOT stop
-after EXPECTED connections: anything may connect meanwhile - a running router health-checks a stopped worker's port
+told to stop (SIGTERM, the --stop form) or SECONDS have passed, then exits: nothing is left behind. It counts no
+connections: anything may connect meanwhile - a running router health-checks a stopped worker's port
 every few seconds from the very host whose connect is being proven, and a listener that counted that check as the
 expected connection and left would make the real connect fail ("no connection within 8 s").
 Once every port is bound (or found in use) it creates READY_FILE (exclusively, mode 0600, never through a link) with
@@ -52,10 +52,8 @@ if sys.argv[1] == "--stop":
 
 deadline = time.monotonic() + float(sys.argv[1])
 ready_file = sys.argv[2]
-want, socks, in_use, accepted = {}, {}, [], {}
-for spec in sys.argv[3:]:
-    port, _, expected = spec.partition(":")
-    port = int(port)
+socks, in_use, accepted = {}, [], {}
+for port in map(int, sys.argv[3:]):
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     # a service stopped a moment ago leaves TIME_WAIT connections on its port: without SO_REUSEADDR the bind fails
     # with EADDRINUSE although nothing listens, and the path would be judged blocked (seen on a profile switch)
@@ -71,7 +69,6 @@ for spec in sys.argv[3:]:
         raise
     s.setblocking(False)
     socks[s] = port
-    want[port] = int(expected or 1)
     accepted[port] = []
 stop = []
 signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
@@ -89,4 +86,4 @@ while socks and not stop and time.monotonic() < deadline:
         conn.close()
 for s in socks:
     s.close()
-print(json.dumps({"listening": sorted(want), "in_use": sorted(in_use), "accepted": accepted}))
+print(json.dumps({"listening": sorted(accepted), "in_use": sorted(in_use), "accepted": accepted}))

@@ -46,12 +46,8 @@ def reach_paths(plan, play_hosts):
 
 
 def listen_specs(paths, host):
-    """The listener's arguments on host: 'PORT:N' per port, N = the connections to expect on it."""
-    counts = {}
-    for p in paths:
-        if p["dst"] == host:
-            counts[p["port"]] = counts.get(p["port"], 0) + 1
-    return ["%d:%d" % (port, n) for port, n in counts.items()]
+    """The listener's arguments on host: each port a path ends at, once (it counts no connections: the role stops it)."""
+    return [str(port) for port in dict.fromkeys(p["port"] for p in paths if p["dst"] == host)]
 
 
 def reach_blocked(results, source_addresses, connect_s):
