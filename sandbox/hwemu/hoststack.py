@@ -312,18 +312,30 @@ def proc_modules_text(loaded):
 KERNEL_CONFIG = "# SYNTHESIZED by sandbox/hwemu (hoststack.py)\nCONFIG_DMA_SHARED_BUFFER=y\nCONFIG_PCI_P2PDMA=y\n"
 
 
+def _put(path, text, gz=False):
+    """Write text to path only when it differs: the emulated /proc is read (and brought up to date) by every caller
+    of the emulated tools, unprivileged ones too (the health-history sampler's user runs nvidia-smi dmon): like the
+    real /proc, the files are world-readable and a reader that finds them current writes nothing."""
+    try:
+        with (gzip.open(path, "rt") if gz else open(path)) as fh:
+            if fh.read() == text:
+                return
+    except (OSError, EOFError):
+        pass
+    with (gzip.open(path, "wt") if gz else open(path, "w")) as fh:
+        fh.write(text)
+    os.chmod(path, 0o444 if gz else 0o644)
+
+
 def write_proc(emu_root, v):
     proc = os.path.join(emu_root, "proc")
     os.makedirs(os.path.join(proc, "driver", "nvidia"), exist_ok=True)
-    with gzip.open(os.path.join(proc, "config.gz"), "wt") as fh:
-        fh.write(KERNEL_CONFIG)
-    with open(os.path.join(proc, "modules"), "w") as fh:
-        fh.write(proc_modules_text(v["loaded"]))
+    _put(os.path.join(proc, "config.gz"), KERNEL_CONFIG, gz=True)
+    _put(os.path.join(proc, "modules"), proc_modules_text(v["loaded"]))
     text = proc_version_text(v["snapshot"]["driver"])
     path = os.path.join(proc, "driver", "nvidia", "version")
     if text:
-        with open(path, "w") as fh:
-            fh.write(text)
+        _put(path, text)
     elif os.path.exists(path):
         os.remove(path)
 

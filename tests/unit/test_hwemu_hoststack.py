@@ -413,3 +413,28 @@ def test_trap_secure_boot_unsigned_module(host):
     assert plan["refusals"] == [] and plan["remove"] == ["nvidia-dkms-580", "nvidia-driver-580-server"]
     v = host.verdicts()
     assert v["next_kernel_modules"]["found"].endswith("(signed, Secure Boot on)") and failing(v) == []
+
+
+def test_an_unprivileged_reader_of_the_emulated_proc_writes_nothing(tmp_path, monkeypatch):
+    """The emulated /proc is brought up to date by every caller of the emulated tools; the health-history sampler's
+    unprivileged user runs nvidia-smi dmon, and on a host the stage had installed it failed with PermissionError
+    rewriting /opt/hwemu/proc/config.gz (site.yml after the stack, 2026-12-06). A reader that finds the files current
+    writes nothing (real /proc files are world-readable), and the files are world-readable."""
+    import hoststack
+    v = {"loaded": ["nvidia", "mlx5_ib"], "snapshot": {"driver": {"version": "580.173.02", "flavour": "open"}}}
+    hoststack.write_proc(str(tmp_path), v)                  # root, at boot: writes them
+    for rel in ("config.gz", "modules", "driver/nvidia/version"):
+        assert (tmp_path / "proc" / rel).stat().st_mode & 0o004, rel
+    real_open, real_gzip_open = open, hoststack.gzip.open
+
+    def no_write(opener):
+        def guarded(path, mode="r", *a, **kw):
+            if any(c in mode for c in "wax+"):
+                raise PermissionError(13, "Permission denied", path)
+            return opener(path, mode, *a, **kw)
+        return guarded
+    monkeypatch.setattr("builtins.open", no_write(real_open))
+    monkeypatch.setattr(hoststack.gzip, "open", no_write(real_gzip_open))
+    hoststack.write_proc(str(tmp_path), v)                  # the sampler's user: reads, finds them current
+    with pytest.raises(PermissionError):                    # a change still needs the writer
+        hoststack.write_proc(str(tmp_path), dict(v, loaded=["nvidia"]))
