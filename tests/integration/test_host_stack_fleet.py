@@ -1,20 +1,22 @@
-"""Issue 36 on the sandbox fleet: playbooks/host_stack.yml takes a BARE sandbox host (b300b: none of the stack) to a
-proven stack - real apt-get/dpkg/apt-mark against the offline mirror sandbox/fleet.sh serves
-(file:/opt/b300-hoststack-repo, stand-in packages), one reboot through the controller's command (the container's
-restart), the emulated driver and fabric manager following what dpkg installed (sandbox/hwemu/hoststack.py) - then a
-second run changes nothing. The runs are timed (printed; a benchmark, not a timed assertion).
+"""Issue 36 on the sandbox fleet: the users' main command, `site.yml -l b300a,b300b`, takes a BARE sandbox host
+(b300b: none of the stack) to a proven stack and to serving - real apt-get/dpkg/apt-mark against the offline mirror
+sandbox/fleet.sh serves (file:/opt/b300-hoststack-repo, stand-in packages), one reboot through the controller's command
+(the container's restart), the emulated driver and fabric manager following what dpkg installed
+(sandbox/hwemu/hoststack.py), then the gates, NCCL and the deploy on the proven stack - and site.yml again changes
+nothing on either host. The runs are timed (printed; a benchmark, not a timed assertion).
 
 Only the fleet shows this: the role's real apt-get, holds and files on a Debian host, the reboot through the controller,
 the fabric manager's unit starting at boot and its journal, the proof's fabric wait, and (item 4) the owed reboot of a
 host that SERVES kimi_k3 through the firmware update's out-of-service path while requests flow through the router
 (tests/integration/test_nic_firmware_update.py's Load: 0 failed), and glm52_pd refused without the maintenance flag.
 The traps themselves are shown without the fleet (tests/unit/test_hwemu_hoststack.py), except a reboot that does not
-come back in time, shown here in the same sequence (the first run's reboot leaves the host unreachable; the serving
-run then owes and does the reboot). The module runs among the kimi_k3 fleet tests (tests/integration/conftest.py
-FLEET_ORDER, after test_nic_firmware_update.py, whose kimi_k3 fleet it reuses: it deploys only when run alone). The
-host is left bare again (stand-ins purged, the stage's files removed, power-cycled) and serving, so every other fleet
-test sees its scenario as before. 126 s on a busy fleet (2026-12-06; 106 s before the serving reboot was added): the
-serving reboot's run 50.5 s with 213 requests through the router, 0 failed; the glm52_pd refusal 5.0 s.
+come back in time, shown here in the same sequence (the first site.yml run's reboot leaves the host unreachable and
+the run stops at the stage; the next site.yml run, the host serving again, owes and does the reboot). The module runs
+among the kimi_k3 fleet tests (tests/integration/conftest.py FLEET_ORDER, after test_nic_firmware_update.py, whose
+kimi_k3 fleet it reuses: it deploys only when run alone). The host is left bare again (stand-ins purged, the stage's
+files removed, power-cycled) and serving, so every other fleet test sees its scenario as before. 393 s alone
+(2026-12-06, with the fleet's kimi_k3 deploy): the site.yml run with the serving reboot 113.8 s, 465 requests through
+the router, 0 failed; the no-change site.yml 74.7 s, of which the stage 5.0 s (1.2 s with it off).
 """
 import contextlib
 import json
@@ -23,6 +25,7 @@ import time
 
 import pytest
 
+from conftest import failed_tasks
 from test_nic_firmware_update import ROUTER, WORKERS, Load, healthy_workers
 
 pytestmark = pytest.mark.integration
@@ -62,11 +65,12 @@ def stage(sandbox, *extra, enabled=True):
     return r, round(time.monotonic() - t0, 1)
 
 
-def serving_stage(sandbox, *extra):
+def serving_stage(sandbox, *extra, playbook="playbooks/host_stack.yml"):
     """The stage on HOST only, with both hosts in the run (the SGLang plan and the router need them): b300a runs the
-    router (its own reboot would be an outage) and keeps its scenario's hand-installed stack."""
+    router (its own reboot would be an outage) and keeps its scenario's hand-installed stack. playbook site.yml: the
+    users' main command, the stage first, then the gates, NCCL (standing aside on serving hosts) and the deploy."""
     t0 = time.monotonic()
-    r = sandbox.ansible_playbook("playbooks/host_stack.yml", "-e", "sglang_profile=kimi_k3", "-e",
+    r = sandbox.ansible_playbook(playbook, "-e", "sglang_profile=kimi_k3", "-e",
                                  json.dumps({"host_stack_enabled": "{{ inventory_hostname == '%s' }}" % HOST}),
                                  "-e", "host_stack_reboot=reboot", *extra, limit="b300a,b300b", check=False,
                                  timeout=900)
@@ -152,16 +156,18 @@ def test_bare_host_to_proven_stack_a_reboot_not_back_in_time_then_the_owed_reboo
     pol = sandbox.exec(HOST, "apt-cache policy nvidia-driver-580-server-open").stdout
     assert "file:/opt/b300-hoststack-repo ./ Packages" in pol and DRIVER in pol
 
-    # 1. day zero (b300b serves nothing: its units stopped for this step) - the first run installs and holds, then its
-    # reboot does not come back in time (the reboot command stops the host's sshd instead): the stage fails naming
-    # the host, the wait and the fix; the stack stays installed and held
+    # 1. day zero by the users' main command, site.yml -l b300a,b300b (b300b serves nothing: its units stopped for
+    # this step) - the stage installs and holds, then its reboot does not come back in time (the reboot command stops
+    # the host's sshd instead): the stage fails naming the host, the wait and the fix, and site.yml stops there
+    # (nothing after the stage runs on any host); the stack stays installed and held
     sandbox.exec(HOST, "systemctl stop 'sglang-*'")
     timeout_s = 10
-    r, install_s = stage(sandbox, "-e", "host_stack_reboot=reboot", "-e", "host_stack_reboot_timeout=%d" % timeout_s,
-                         "-e", '{"host_stack_reboot_command": ["podman", "exec", "b300-%s", "systemctl", "stop", "ssh"]}'
-                         % HOST)
+    r, install_s = serving_stage(sandbox, "-e", "host_stack_reboot_timeout=%d" % timeout_s, "-e",
+                                 '{"host_stack_reboot_command": ["podman", "exec", "b300-%s", "systemctl", "stop", '
+                                 '"ssh"]}' % HOST, playbook="site.yml")
     out = r.stdout + r.stderr
     assert r.returncode != 0, out[-3000:]
+    assert "PLAY [Preflight" not in out and "PLAY [SGLang" not in out, "site.yml went on after the stage failed"
     assert "install (in order): linux-modules-extra-" in out and "nvidia-driver-580-server-open=%s" % DRIVER in out
     assert ("host_stack on %s: rebooted for" % HOST) in out and "not answering after %d s" % timeout_s in out
     assert "fix: look at its console/BMC" in out
@@ -192,14 +198,18 @@ def test_bare_host_to_proven_stack_a_reboot_not_back_in_time_then_the_owed_reboo
     assert "Serving | " not in out, "play 3 ran after the refusal"
     assert serving_units(sandbox) == before and healthy_workers() == WORKERS
 
-    # 2b. kimi_k3: the owed reboot through the out-of-service path while requests flow through the router: b300b
-    # out of the router and drained, its units stopped, the reboot (the controller's command), the fabric wait and the
-    # proof, its units health-gated and back in the router; b300a serves throughout - 0 failed requests
+    # 2b. kimi_k3, by the users' main command (site.yml -l b300a,b300b): the owed reboot through the out-of-service
+    # path while requests flow through the router: b300b out of the router and drained, its units stopped, the reboot
+    # (the controller's command), the fabric wait and the proof, its units health-gated and back in the router; then
+    # the gates, NCCL and the deploy on the proven stack; b300a serves throughout - 0 failed requests
     with Load(prompt="host-stack") as load:
-        r, reboot_s = serving_stage(sandbox)
+        r, reboot_s = serving_stage(sandbox, playbook="site.yml")
     out = r.stdout + r.stderr
     figures = load.figures()
-    assert r.returncode == 0, out[-5000:]
+    assert r.returncode == 0, out[-5000:] + failed_tasks(r.stdout)
+    assert all(v["failed"] == 0 and v["unreachable"] == 0 for v in (recap(out, "b300a"), recap(out, HOST)))
+    for play in ("PLAY [Preflight", "PLAY [NCCL validation", "PLAY [SGLang"):
+        assert play in out, "site.yml ran no %s play after the stage" % play
     assert "%s serves (%s) and owes a reboot" % (HOST, ", ".join(before)) in " ".join(out.split()), out[-5000:]
     for step in ("Serving | out of the router, every other planned worker healthy first",
                  "Serving | drained (the rolling path's drain, on the router host)",
@@ -221,7 +231,13 @@ def test_bare_host_to_proven_stack_a_reboot_not_back_in_time_then_the_owed_reboo
     assert sandbox.exec(HOST, "cat /opt/hwemu/proc/driver/nvidia/version").stdout.startswith(
         "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  %s" % DRIVER)
 
-    # 3. a run that changes nothing
+    # 3. site.yml again changes nothing (the stage on for b300b); the stage's own cost in a no-change run is its
+    # playbook with the stage on minus the same playbook with it off (the fixed part: lock, facts), against that site.yml
+    r, site_again_s = serving_stage(sandbox, playbook="site.yml")
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-4000:] + failed_tasks(r.stdout)
+    assert recap(out, HOST)["changed"] == 0 and recap(out, "b300a")["changed"] == 0, out[-3000:]
+    assert "install (in order): nothing" in out and "reboot: no" in out
     r, again_s = stage(sandbox)
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-4000:]
@@ -240,6 +256,8 @@ def test_bare_host_to_proven_stack_a_reboot_not_back_in_time_then_the_owed_reboo
         sandbox.exec(HOST, "apt-mark hold nvidia-fabricmanager-580")
     assert rc == 2 and any(m.startswith("%s: host_stack check packages_held failed: found not held: "
                                         "nvidia-fabricmanager-580" % HOST) for m in drift["messages"]), drift
-    print("host_stack on %s: install run %.1f s (incl. the %d s reboot timeout), glm52_pd refusal %.1f s, the "
-          "serving reboot + proof run %.1f s (requests %s), no-change run %.1f s (stage off: %.1f s); fw-audit with "
-          "the stack's checks %.1f s" % (HOST, install_s, timeout_s, pd_s, reboot_s, figures, again_s, off_s, audit_s))
+    print("host_stack on %s: site.yml install run %.1f s (incl. the %d s reboot timeout), glm52_pd refusal %.1f s, site.yml "
+          "with the serving reboot + proof %.1f s (requests %s), no-change site.yml %.1f s, no-change stage %.1f s "
+          "(stage off: %.1f s; the stage adds %.0f%% to the no-change site.yml); fw-audit with the stack's checks "
+          "%.1f s" % (HOST, install_s, timeout_s, pd_s, reboot_s, figures, site_again_s, again_s, off_s,
+                      100.0 * max(0.0, again_s - off_s) / site_again_s, audit_s))
