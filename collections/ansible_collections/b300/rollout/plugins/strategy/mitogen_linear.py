@@ -24,9 +24,10 @@ description:
     per run; nothing else changes.
   - >-
     Opt-in, not ansible.cfg's default (the builtin C(linear)): run a playbook with
-    C(ANSIBLE_STRATEGY=b300.rollout.mitogen_linear). On the sandbox the reachability preflight's short-lived
-    listener (an C(async) C(poll 0) task, roles/sglang/tasks/reachability.yml) was not listening in time under it
-    on a host whose ports were free, so a first deploy failed its reachability check (docs/rerun-profile.md).
+    C(ANSIBLE_STRATEGY=b300.rollout.mitogen_linear). Under it the weights stage fails on the sandbox: the
+    controller's source server (an C(async) C(poll 0) task delegated to localhost, roles/model_weights) never
+    listens (docs/rerun-profile.md). The reachability listener that failed under it before now announces itself
+    with a ready file and passes.
     ansible-core 2.19 prints a deprecation warning for every strategy that is not builtin
     (no replacement is planned for them); Mitogen 0.3.54 supports ansible-core 2.19 to 2.21.
 options: {}
