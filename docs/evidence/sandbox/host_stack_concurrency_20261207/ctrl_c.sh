@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 set -u
-cd /work/main
+cd "$(dirname "$0")/../../../.."   # the repository root
 export PATH=$PWD/.venv/bin:$PATH ANSIBLE_CONFIG=$PWD/ansible.cfg CONTAINERS_CONF=$PWD/sandbox/containers.conf ANSIBLE_FORCE_COLOR=0 NO_COLOR=1
 sandbox/fleet.sh down --keep 2 >/dev/null 2>&1; sandbox/fleet.sh up 3 >/dev/null; INV=$(sandbox/fleet.sh inventory)
 echo "== run C on bare b300c; SIGINT (Ctrl-C) to its process group when the package install task starts; then run D"

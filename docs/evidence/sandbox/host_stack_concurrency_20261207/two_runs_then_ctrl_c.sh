@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ad-hoc: two host-stack runs on one bare host at once, then a Ctrl-C mid-install and a re-run (sandbox b300c)
 set -u
-cd /work/main
+cd "$(dirname "$0")/../../../.."   # the repository root
 export PATH=$PWD/.venv/bin:$PATH ANSIBLE_CONFIG=$PWD/ansible.cfg CONTAINERS_CONF=$PWD/sandbox/containers.conf ANSIBLE_FORCE_COLOR=0 NO_COLOR=1
 run() { ansible-playbook -i "$INV" playbooks/host_stack.yml -l b300c -e host_stack_enabled=true -e host_stack_reboot=reboot "$@"; }
 sandbox/fleet.sh down --keep 2 >/dev/null 2>&1; sandbox/fleet.sh up 3 >/dev/null; INV=$(sandbox/fleet.sh inventory)
