@@ -176,3 +176,112 @@ def test_describe_names_every_part_of_a_holder():
     assert text == ("run c-1-2 of alice on controller c (pid 1), play 'Weights', stage weights, since "
                     "1970-01-01T00:16:40Z (5 min ago), lease until 1970-01-01T01:16:40Z, holder pid 42")
     assert hl.describe(None).startswith("an unknown holder")
+
+
+# --- a run that reboots the host keeps it through the reboot (found 2026-12-07: two host-stack runs at once; see
+# docs/evidence/sandbox/host_stack_concurrency_20261207/). A reboot ends the holder and clears /run/lock: "reboot"
+# below is exactly that - the holder killed, the lock directory removed - and the reboot record is what is left.
+
+def reboot(lock):
+    rec = hl.read_record(lock)
+    hl.stop_holder(rec, 2)
+    for p in (lock, lock + ".json"):
+        os.unlink(p)
+    os.rmdir(os.path.dirname(lock))
+
+
+@pytest.fixture
+def reboot_path(tmp_path):
+    return str(tmp_path / "varlib" / "host-lock.rebooting.json")  # its directory is made by reserve_reboot
+
+
+def test_a_waiting_run_does_not_take_the_host_in_the_middle_of_anothers_reboot(lock, reboot_path):
+    hl.acquire(lock, run(1), "host-stack", 600, reboot_path=reboot_path)
+    res = hl.reserve_reboot(lock, reboot_path, "ctl1-1-1000", 900, host="b300c")
+    assert res["state"] == "rebooting" and res["reboot_until"] - res["reboot_since"] == 900
+    reboot(lock)
+    assert not hl.is_locked(lock) and hl.read_record(lock) is None  # the lock alone would let anyone in
+    with pytest.raises(hl.LockError) as err:
+        hl.acquire(lock, run(2, user="bob"), "host-stack", 600, wait_s=1, poll_s=0.2, host="b300c",
+                   reboot_path=reboot_path)
+    msg = str(err.value)
+    for part in ("b300c is held by another run: run ctl1-1-1000", "REBOOTING the host since",
+                 "Nothing was changed on b300c by this run", reboot_path, "-e host_lock_takeover=ctl1-1-1000"):
+        assert part in msg, part
+    assert err.value.holder["run_id"] == "ctl1-1-1000" and err.value.holder["state"] == "rebooting"
+    assert not hl.is_locked(lock) and hl.read_record(lock) is None  # the waiter left nothing behind
+    # the rebooting run comes back: takes its lock again, the same run (since kept), the record gone
+    back = hl.acquire(lock, run(1), "host-stack", 600, reboot_path=reboot_path)
+    assert back["action"] == "acquired" and back["previous"]["state"] == "rebooting"
+    assert back["record"]["since"] == res["since"] and not os.path.exists(reboot_path)
+    # and the waiter is now told about a held lock, as before
+    with pytest.raises(hl.LockError, match="b300c is held by another run: run ctl1-1-1000"):
+        hl.acquire(lock, run(2), "host-stack", 600, host="b300c", reboot_path=reboot_path)
+
+
+def test_a_run_that_waits_longer_than_the_reboot_gets_the_host_after_it(lock, reboot_path):
+    hl.acquire(lock, run(1), "firmware-update", 600, reboot_path=reboot_path)
+    hl.reserve_reboot(lock, reboot_path, "ctl1-1-1000", 900)
+    reboot(lock)
+
+    def comes_back(_s):
+        if os.path.exists(reboot_path):  # run 1 back from its boot during run 2's wait: takes, works, releases
+            hl.acquire(lock, run(1), "firmware-update", 600, reboot_path=reboot_path)
+            hl.release(lock, "ctl1-1-1000", reboot_path=reboot_path)
+        time.sleep(0.05)
+
+    got = hl.acquire(lock, run(2), "host-stack", 600, wait_s=5, poll_s=0.1, sleep=comes_back, reboot_path=reboot_path)
+    assert got["action"] == "acquired" and got["previous"]["run_id"] == "ctl1-1-1000"
+    assert got["previous"]["state"] == "released" and not os.path.exists(reboot_path)
+
+
+def test_a_reboot_record_past_its_time_keeps_nothing(lock, reboot_path):
+    hl.acquire(lock, run(1), "host-stack", 600, reboot_path=reboot_path)
+    hl.reserve_reboot(lock, reboot_path, "ctl1-1-1000", 900, now=time.time() - 1000)  # written 1000 s ago
+    reboot(lock)
+    got = hl.acquire(lock, run(2), "host-stack", 600, reboot_path=reboot_path)
+    assert got["action"] == "acquired" and got["previous"]["run_id"] == "ctl1-1-1000"
+    assert not os.path.exists(reboot_path)
+
+
+def test_a_rebooting_run_is_taken_over_only_by_name_and_then_is_refused(lock, reboot_path):
+    hl.acquire(lock, run(1), "host-stack", 600, reboot_path=reboot_path)
+    hl.reserve_reboot(lock, reboot_path, "ctl1-1-1000", 900)
+    reboot(lock)
+    with pytest.raises(hl.LockError):
+        hl.acquire(lock, run(2), "host-stack", 600, takeover="ctl1-99-1000", reboot_path=reboot_path)
+    got = hl.acquire(lock, run(2), "host-stack", 600, takeover="ctl1-1-1000", reboot_path=reboot_path)
+    assert got["action"] == "took_over" and got["record"]["took_over"] == "ctl1-1-1000"
+    assert not os.path.exists(reboot_path)
+    # the run taken over comes back: refused, and told it changed the host before (not "nothing was changed")
+    with pytest.raises(hl.LockError) as err:
+        hl.acquire(lock, run(1), "host-stack", 600, host="b300c", reboot_path=reboot_path, changed_before=True)
+    assert "This run changed b300c before this step" in str(err.value)
+    assert "Nothing was changed" not in str(err.value)
+
+
+def test_only_the_holder_writes_a_reboot_record_and_a_release_removes_its_own(lock, reboot_path):
+    with pytest.raises(hl.LockError, match="does not hold its lock"):
+        hl.reserve_reboot(lock, reboot_path, "ctl1-1-1000", 900, host="b300c")
+    hl.acquire(lock, run(1), "host-stack", 600, reboot_path=reboot_path)
+    with pytest.raises(hl.LockError, match="run ctl1-2-1000 is about to reboot the host but does not hold its lock"):
+        hl.reserve_reboot(lock, reboot_path, "ctl1-2-1000", 900, host="b300c")
+    assert not os.path.exists(reboot_path)
+    hl.reserve_reboot(lock, reboot_path, "ctl1-1-1000", 900)
+    # the reboot did not happen (its command failed): the run renews its lock - and its own record goes
+    assert hl.acquire(lock, run(1), "host-stack", 600, reboot_path=reboot_path)["action"] == "renewed"
+    assert not os.path.exists(reboot_path)
+    hl.reserve_reboot(lock, reboot_path, "ctl1-1-1000", 900)
+    assert hl.release(lock, "ctl1-2-1000", reboot_path=reboot_path) == "not_held" and os.path.exists(reboot_path)
+    assert hl.release(lock, "ctl1-1-1000", reboot_path=reboot_path) == "released"
+    assert not os.path.exists(reboot_path)
+
+
+def test_a_rebooting_run_of_this_controller_that_is_gone_is_gone(lock, reboot_path):
+    """The controller-side filter judges the reboot record the module returns as the holder, as it judges a lock's."""
+    me = socket.gethostname()
+    dead = {"run_id": "%s-1-1" % me, "controller": me, "controller_pid": 2 ** 22 + 7, "controller_start": "1",
+            "state": "rebooting", "reboot_until": time.time() + 900}
+    assert host_lock_run_gone(dead)
+    alive = dict(dead, controller_pid=os.getpid(), controller_start=hl.proc_start(os.getpid()))
+    assert not host_lock_run_gone(alive)

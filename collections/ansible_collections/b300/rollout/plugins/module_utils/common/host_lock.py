@@ -21,6 +21,12 @@ first, through roles/host_lock. Mechanism:
   applies it) or when the operator names that run (``-e host_lock_takeover=<run id>``). A takeover ends the holder
   only: the stages' own locks (the weights directory lock, the firmware update's per-device lock) still guard what a
   stage left running on the host, so nothing is ever raced.
+- A reboot clears ``/run/lock`` and ends the holder, so a run that reboots the host (the host-stack stage, the
+  firmware update's activation) first writes a reboot record on disk (``reserve_reboot``:
+  ``/var/lib/b300-rollout/host-lock.rebooting.json``, the lock record with ``state: rebooting`` and ``reboot_until``).
+  Until that run takes its lock again after the boot (which removes the record), or ``reboot_until`` passes, or that
+  run is taken over, ``acquire`` treats the host as held by it: another run that was waiting for the lock does not
+  take the host in the middle of someone else's reboot (found by two host-stack runs at once, 2026-12-07).
 
 Everything here is plain Python with the paths passed in; unit tests in tests/unit/test_host_lock.py run real
 processes against temporary directories.
@@ -42,8 +48,16 @@ RECORD_SUFFIX = ".json"
 RUN_KEYS = ("id", "user", "controller", "pid", "start")
 
 
+DEFAULT_REBOOT_PATH = "/var/lib/b300-rollout/host-lock.rebooting.json"
+
+
 class LockError(Exception):
-    """A lock operation that cannot go on; the message names the host, the holder and the fix."""
+    """A lock operation that cannot go on; the message names the host, the holder and the fix. HOLDER: the record of
+    the run in the way (the lock's, or the reboot record's), when there is one."""
+
+    def __init__(self, msg, holder=None):
+        super(LockError, self).__init__(msg)
+        self.holder = holder
 
 
 def record_path(lock_path):
@@ -80,8 +94,12 @@ def process_alive(pid, start, proc_root="/proc"):
 def read_record(lock_path):
     """The holder record beside the lock, or None (missing or unreadable: a torn record cannot happen, it is replaced
     by rename)."""
+    return _read_json(record_path(lock_path))
+
+
+def _read_json(path):
     try:
-        with open(record_path(lock_path)) as f:
+        with open(path) as f:
             rec = json.load(f)
     except (OSError, ValueError):
         return None
@@ -90,7 +108,13 @@ def read_record(lock_path):
 
 def write_record(lock_path, rec):
     """Replace the record atomically (write + fsync + rename), mode 0644: anyone on the host may read who holds it."""
-    path = record_path(lock_path)
+    _write_json(record_path(lock_path), rec)
+
+
+def _write_json(path, rec):
+    d = os.path.dirname(path)
+    if d:
+        os.makedirs(d, 0o755, exist_ok=True)
     tmp = "%s.%d.tmp" % (path, os.getpid())
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
     try:
@@ -99,6 +123,45 @@ def write_record(lock_path, rec):
     finally:
         os.close(fd)
     os.rename(tmp, path)
+    if d:  # the rename itself survives a power cut (the reboot record must)
+        dfd = os.open(d, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+
+def read_reboot(reboot_path):
+    """The reboot record (a run that rebooted the host and has not taken its lock again), or None."""
+    return _read_json(reboot_path) if reboot_path else None
+
+
+def clear_reboot(reboot_path):
+    try:
+        os.unlink(reboot_path)
+    except OSError as e:
+        if e.errno != errno.ENOENT:
+            raise
+
+
+def reboot_pending(rec, now=None):
+    """Whether a reboot record still reserves the host (its reboot_until has not passed)."""
+    now = time.time() if now is None else now
+    return bool(rec) and rec.get("state") == "rebooting" and now <= float(rec.get("reboot_until") or 0)
+
+
+def reserve_reboot(lock_path, reboot_path, run_id, reboot_s, host="this host", now=None):
+    """Before RUN_ID reboots the host: write the reboot record on disk (the lock record, state rebooting, reboot_since,
+    reboot_until = now + REBOOT_S). Only the run that holds the lock may; returns the record."""
+    rec = read_record(lock_path)
+    if not rec or rec.get("run_id") != str(run_id) or rec.get("state") != "held" or not is_locked(lock_path):
+        raise LockError("host lock on %s: run %s is about to reboot the host but does not hold its lock (found: %s); "
+                        "fix: take the lock first (roles/host_lock) - a reboot record is written by the holder only"
+                        % (host, run_id, describe(rec)), holder=rec)
+    now = time.time() if now is None else now
+    res = dict(rec, state="rebooting", reboot_since=now, reboot_until=now + int(reboot_s))
+    _write_json(reboot_path, res)
+    return res
 
 
 def check_run(run):
@@ -123,6 +186,13 @@ def describe(rec, now=None):
     now = time.time() if now is None else now
     since = rec.get("since") or 0
     lease = rec.get("lease_until") or 0
+    if rec.get("state") == "rebooting":
+        return ("run %s of %s on controller %s (pid %s), play '%s', stage %s, since %s (%s ago), REBOOTING the host since "
+                "%s (%s ago): the host is that run's until it takes its lock again after the boot, or until %s"
+                % (rec.get("run_id"), rec.get("user"), rec.get("controller"), rec.get("controller_pid"),
+                   rec.get("playbook") or "?", rec.get("stage"), _utc(since), _ago(now - since),
+                   _utc(rec.get("reboot_since")), _ago(now - (rec.get("reboot_since") or now)),
+                   _utc(rec.get("reboot_until"))))
     return ("run %s of %s on controller %s (pid %s), play '%s', stage %s, since %s (%s ago), lease until %s, holder pid %s"
             % (rec.get("run_id"), rec.get("user"), rec.get("controller"), rec.get("controller_pid"),
                rec.get("playbook") or "?", rec.get("stage"), _utc(since), _ago(now - since), _utc(lease),
@@ -280,10 +350,13 @@ def _new_record(run, stage, playbook, lease_s, now):
 
 
 def acquire(lock_path, run, stage, lease_s, wait_s=0, poll_s=1.0, takeover=None, playbook=None, host="this host",
-            sleep=time.sleep, holder_poll_s=1.0):
+            sleep=time.sleep, holder_poll_s=1.0, reboot_path=None, changed_before=False):
     """Take the lock for RUN (or renew it when RUN holds it already). Returns a dict:
     action (acquired | renewed | took_over), record (the new holder record), previous (the record before, if any).
-    Waits at most WAIT_S for another run; then raises LockError naming it and the fix."""
+    Waits at most WAIT_S for another run; then raises LockError naming it and the fix.
+    REBOOT_PATH: the reboot record (reserve_reboot). A free lock is not taken while another run's reboot record is
+    pending; RUN's own record is removed when RUN takes its lock again after the boot. CHANGED_BEFORE: RUN changed
+    the host before this step (a re-take after its reboot): the refusal says so instead of "nothing was changed"."""
     errors = check_run(run)
     if errors:
         raise LockError("host lock on %s: %s" % (host, "; ".join(errors)))
@@ -295,11 +368,30 @@ def acquire(lock_path, run, stage, lease_s, wait_s=0, poll_s=1.0, takeover=None,
             previous = read_record(lock_path)
             if _try_flock(fd):
                 now = time.time()
+                rebooting = read_reboot(reboot_path)
+                if rebooting and rebooting.get("run_id") != run_id and reboot_pending(rebooting, now) \
+                        and not (takeover and rebooting.get("run_id") == str(takeover)):
+                    # another run rebooted the host and has not taken it back yet: the free lock is not ours
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+                    if time.time() >= deadline:
+                        raise LockError(refusal(host, rebooting, lock_path, wait_s, reboot_path, changed_before),
+                                        holder=rebooting)
+                    sleep(min(poll_s, max(0.05, deadline - time.time())))
+                    continue
                 rec = _new_record(run, stage, playbook, lease_s, now)
                 action = "acquired"
                 if previous and previous.get("run_id") == run_id and previous.get("state") == "held":
                     rec["since"] = previous.get("since") or now  # this run's holder died (lease): same run goes on
+                if rebooting:
+                    if rebooting.get("run_id") == run_id:
+                        rec["since"] = rebooting.get("since") or now  # back after its own reboot: the same run
+                    elif takeover and rebooting.get("run_id") == str(takeover):
+                        action = "took_over"
+                        rec["took_over"] = rebooting.get("run_id")
+                    previous = rebooting
                 write_record(lock_path, rec)
+                if rebooting:
+                    clear_reboot(reboot_path)  # after the new record: no moment where neither names the host's run
                 pid, start = spawn_holder(fd, lock_path, run_id, holder_poll_s)
                 rec.update(holder_pid=pid, holder_start=start)
                 write_record(lock_path, rec)
@@ -315,6 +407,9 @@ def acquire(lock_path, run, stage, lease_s, wait_s=0, poll_s=1.0, takeover=None,
                                     "`fuser -v %s` before anything else runs here"
                                     % (host, run_id, rec.get("holder_pid"), lock_path, lock_path))
                 write_record(lock_path, rec)
+                own = read_reboot(reboot_path)
+                if own and own.get("run_id") == run_id:
+                    clear_reboot(reboot_path)  # its reboot record, when the reboot did not end the holder
                 return {"action": "renewed", "record": rec, "previous": previous}
             if takeover and previous and previous.get("run_id") == str(takeover):
                 if not stop_holder(previous):
@@ -333,32 +428,42 @@ def acquire(lock_path, run, stage, lease_s, wait_s=0, poll_s=1.0, takeover=None,
                 rec = _new_record(run, stage, playbook, lease_s, now)
                 rec["took_over"] = previous.get("run_id")
                 write_record(lock_path, rec)
+                gone = read_reboot(reboot_path)
+                if gone and gone.get("run_id") == previous.get("run_id"):
+                    clear_reboot(reboot_path)  # the run taken over had meant to reboot: its reservation goes with it
                 pid, start = spawn_holder(fd, lock_path, run_id, holder_poll_s)
                 rec.update(holder_pid=pid, holder_start=start)
                 write_record(lock_path, rec)
                 return {"action": "took_over", "record": rec, "previous": previous}
             if time.time() >= deadline:
-                raise LockError(refusal(host, previous, lock_path, wait_s))
+                raise LockError(refusal(host, previous, lock_path, wait_s, changed_before=changed_before),
+                                holder=previous)
             sleep(min(poll_s, max(0.05, deadline - time.time())))
     finally:
         os.close(fd)
 
 
-def refusal(host, rec, lock_path, wait_s):
-    """The refusal text: host, holder, what was waited, and the two ways on."""
+def refusal(host, rec, lock_path, wait_s, reboot_path=None, changed_before=False):
+    """The refusal text: host, holder, what was waited, what this run changed, and the two ways on."""
     rid = (rec or {}).get("run_id") or "<run id>"
     waited = "waited %d s" % wait_s if wait_s else "tried for as long as host_lock_wait_s allows"
-    return ("%s is held by another run: %s; %s. Nothing was changed on %s by this run. "
+    where = reboot_path if (rec or {}).get("state") == "rebooting" and reboot_path else record_path(lock_path)
+    changed = ("This run changed %s before this step (its earlier tasks say what) and stops here: run it again once "
+               "the host is free." % host) if changed_before else "Nothing was changed on %s by this run." % host
+    return ("%s is held by another run: %s; %s. %s "
             "Fix: wait for that run to finish (its record: %s), or, if it is gone (Ctrl-C, a lost controller), take "
             "the host over with -e host_lock_takeover=%s (ends only its lock holder; what it left running on the host "
             "is still guarded by the stages' own locks)."
-            % (host, describe(rec), waited, host, record_path(lock_path), rid))
+            % (host, describe(rec), waited, changed, where, rid))
 
 
-def release(lock_path, run_id, wait_s=10.0):
-    """Release the lock RUN_ID holds. Returns 'released', or 'not_held' when this run does not hold it (nothing done:
-    another run's lock is never released here)."""
+def release(lock_path, run_id, wait_s=10.0, reboot_path=None):
+    """Release the lock RUN_ID holds (and its own reboot record, if one is left). Returns 'released', or 'not_held'
+    when this run does not hold it (nothing done: another run's lock is never released here)."""
     rec = read_record(lock_path)
+    rebooting = read_reboot(reboot_path)
+    if rebooting and rebooting.get("run_id") == str(run_id):
+        clear_reboot(reboot_path)  # a run that ends without taking its lock back after its reboot
     if not rec or rec.get("run_id") != str(run_id) or rec.get("state") != "held":
         return "not_held"
     now = time.time()
