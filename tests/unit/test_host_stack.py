@@ -554,3 +554,26 @@ def test_installed_but_never_rebooted_owes_the_reboot():
     assert verdicts(st)["driver_open_flavour"]["verdict"] == "fail"
     st["dpkg"] = ""
     assert "no driver loaded" not in " ".join(hs.plan(STACK, st)["reboot_reasons"])
+
+
+def _proc(tmp_path, uptime, pid1_start_ticks):
+    (tmp_path / "proc" / "1").mkdir(parents=True)
+    (tmp_path / "proc" / "uptime").write_text("%s 7000.00\n" % uptime)
+    # /proc/1/stat as systemd writes it; field 22 (starttime, clock ticks after boot) is the 20th after "(comm) "
+    fields = ["S", "0", "1", "1", "0", "-1", "4194560", "0", "0", "0", "0", "0", "0", "0", "0", "20", "0", "1", "0",
+              str(pid1_start_ticks), "0"]
+    (tmp_path / "proc" / "1" / "stat").write_text("1 (systemd) %s\n" % " ".join(fields))
+
+
+def test_boot_age_is_uptime_less_pid1_start(tmp_path):
+    from ansible_collections.b300.rollout.plugins.module_utils.hoststack.host_stack_io import boot_age_s
+    hz = __import__("os").sysconf("SC_CLK_TCK")
+    _proc(tmp_path, "1000.50", 600 * hz)  # a container started 600 s after its machine booted
+    assert abs(boot_age_s(str(tmp_path)) - 400.5) < 0.01
+    assert boot_age_s(str(tmp_path / "nowhere")) is None
+
+
+def test_boot_age_of_this_machine_is_sane():
+    from ansible_collections.b300.rollout.plugins.module_utils.hoststack.host_stack_io import boot_age_s
+    age = boot_age_s("/")
+    assert age is not None and 0 <= age < float(open("/proc/uptime").read().split()[0]) + 1

@@ -76,13 +76,14 @@ ansible_facts:
         pass, fail, warn or skip, found, expected, fix, evidence), summary (one line per check - check, verdict,
         found), verdicts (check -> verdict), failures (one line per failing check - host, check, found, expected, fix),
         running_kernel, next_kernel, secure_boot (true, false or null), sw_mng_devices and files (path -> its text,
-        null when absent or unreadable; the paths of O(read_files)).
+        null when absent or unreadable; the paths of O(read_files)), boot_age_s (seconds since the host booted: the
+        uptime less PID 1's start, so a container's own start in the sandbox; null when unreadable).
       type: dict
       returned: always
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.b300.rollout.plugins.module_utils.hoststack.host_stack_io import gather, read_text, report
+from ansible_collections.b300.rollout.plugins.module_utils.hoststack.host_stack_io import boot_age_s, gather, read_text, report
 from ansible_collections.b300.rollout.plugins.module_utils.hw.tools import find_tool, hw_argument_spec
 
 
@@ -109,6 +110,7 @@ def main():
     state = gather(run, find, p["stack"], p["root"], p["bin_path"], p["sysfs_root"], p["proc_root"] or None)
     fact = report(p["stack"], state, p["host"])
     fact["files"] = {f: read_text(p["root"], f) for f in p["read_files"]}
+    fact["boot_age_s"] = boot_age_s(p["root"])
     module.exit_json(changed=False, ansible_facts={"host_stack": fact})
 
 

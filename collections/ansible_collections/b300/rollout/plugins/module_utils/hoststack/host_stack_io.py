@@ -41,6 +41,21 @@ def _read_gz(path):
         return ""
 
 
+def boot_age_s(root="/"):
+    """Seconds since this host (or container: the sandbox's hosts) booted: /proc/uptime minus the start of PID 1
+    (field 22 of /proc/1/stat, in clock ticks after the kernel's boot; about 1 s on a real host, the container's start
+    in the sandbox), read from the real <root>/proc, not the emulated one. None when unreadable. The proof waits for
+    the fabric when the host booted less than host_stack_fabric_wait_s ago (the fabric is In Progress for minutes
+    after a boot, whoever rebooted it)."""
+    try:
+        uptime = float(_read(os.path.join(root, "proc", "uptime")).split()[0])
+        stat = _read(os.path.join(root, "proc", "1", "stat"))
+        start_ticks = float(stat[stat.rfind(")") + 2:].split()[19])
+        return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
+    except (ValueError, IndexError):
+        return None
+
+
 def _kernel_key(release):
     return [int(x) if x.isdigit() else x for x in release.replace("-", ".").split(".")]
 
