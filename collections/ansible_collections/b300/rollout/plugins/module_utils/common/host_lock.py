@@ -144,6 +144,13 @@ def clear_reboot(reboot_path):
             raise
 
 
+def _clear_reboot_of(reboot_path, run_id):
+    """Remove the reboot record if RUN_ID wrote it (another run's is left as it is)."""
+    rec = read_reboot(reboot_path)
+    if rec and rec.get("run_id") == str(run_id):
+        clear_reboot(reboot_path)
+
+
 def reboot_pending(rec, now=None):
     """Whether a reboot record still reserves the host (its reboot_until has not passed)."""
     now = time.time() if now is None else now
@@ -186,17 +193,14 @@ def describe(rec, now=None):
     now = time.time() if now is None else now
     since = rec.get("since") or 0
     lease = rec.get("lease_until") or 0
+    who = ("run %s of %s on controller %s (pid %s), play '%s', stage %s, since %s (%s ago)"
+           % (rec.get("run_id"), rec.get("user"), rec.get("controller"), rec.get("controller_pid"),
+              rec.get("playbook") or "?", rec.get("stage"), _utc(since), _ago(now - since)))
     if rec.get("state") == "rebooting":
-        return ("run %s of %s on controller %s (pid %s), play '%s', stage %s, since %s (%s ago), REBOOTING the host since "
-                "%s (%s ago): the host is that run's until it takes its lock again after the boot, or until %s"
-                % (rec.get("run_id"), rec.get("user"), rec.get("controller"), rec.get("controller_pid"),
-                   rec.get("playbook") or "?", rec.get("stage"), _utc(since), _ago(now - since),
-                   _utc(rec.get("reboot_since")), _ago(now - (rec.get("reboot_since") or now)),
-                   _utc(rec.get("reboot_until"))))
-    return ("run %s of %s on controller %s (pid %s), play '%s', stage %s, since %s (%s ago), lease until %s, holder pid %s"
-            % (rec.get("run_id"), rec.get("user"), rec.get("controller"), rec.get("controller_pid"),
-               rec.get("playbook") or "?", rec.get("stage"), _utc(since), _ago(now - since), _utc(lease),
-               rec.get("holder_pid")))
+        rebooted = rec.get("reboot_since") or now
+        return ("%s, REBOOTING the host since %s (%s ago): the host is that run's until it takes its lock again after "
+                "the boot, or until %s" % (who, _utc(rebooted), _ago(now - rebooted), _utc(rec.get("reboot_until"))))
+    return "%s, lease until %s, holder pid %s" % (who, _utc(lease), rec.get("holder_pid"))
 
 
 def _utc(ts):
@@ -407,9 +411,7 @@ def acquire(lock_path, run, stage, lease_s, wait_s=0, poll_s=1.0, takeover=None,
                                     "`fuser -v %s` before anything else runs here"
                                     % (host, run_id, rec.get("holder_pid"), lock_path, lock_path))
                 write_record(lock_path, rec)
-                own = read_reboot(reboot_path)
-                if own and own.get("run_id") == run_id:
-                    clear_reboot(reboot_path)  # its reboot record, when the reboot did not end the holder
+                _clear_reboot_of(reboot_path, run_id)  # its reboot record, when the reboot did not end the holder
                 return {"action": "renewed", "record": rec, "previous": previous}
             if takeover and previous and previous.get("run_id") == str(takeover):
                 if not stop_holder(previous):
@@ -428,9 +430,8 @@ def acquire(lock_path, run, stage, lease_s, wait_s=0, poll_s=1.0, takeover=None,
                 rec = _new_record(run, stage, playbook, lease_s, now)
                 rec["took_over"] = previous.get("run_id")
                 write_record(lock_path, rec)
-                gone = read_reboot(reboot_path)
-                if gone and gone.get("run_id") == previous.get("run_id"):
-                    clear_reboot(reboot_path)  # the run taken over had meant to reboot: its reservation goes with it
+                # the run taken over had meant to reboot: its reservation goes with it
+                _clear_reboot_of(reboot_path, previous.get("run_id"))
                 pid, start = spawn_holder(fd, lock_path, run_id, holder_poll_s)
                 rec.update(holder_pid=pid, holder_start=start)
                 write_record(lock_path, rec)
@@ -461,9 +462,7 @@ def release(lock_path, run_id, wait_s=10.0, reboot_path=None):
     """Release the lock RUN_ID holds (and its own reboot record, if one is left). Returns 'released', or 'not_held'
     when this run does not hold it (nothing done: another run's lock is never released here)."""
     rec = read_record(lock_path)
-    rebooting = read_reboot(reboot_path)
-    if rebooting and rebooting.get("run_id") == str(run_id):
-        clear_reboot(reboot_path)  # a run that ends without taking its lock back after its reboot
+    _clear_reboot_of(reboot_path, run_id)  # a run that ends without taking its lock back after its reboot
     if not rec or rec.get("run_id") != str(run_id) or rec.get("state") != "held":
         return "not_held"
     now = time.time()

@@ -12,6 +12,7 @@ import gzip
 import os
 import platform
 
+from ansible_collections.b300.rollout.plugins.module_utils.common.host_lock import proc_start
 from ansible_collections.b300.rollout.plugins.module_utils.hoststack import host_stack as hs
 from ansible_collections.b300.rollout.plugins.module_utils.hw.rdma_nic import vpd_is_sw_mng
 
@@ -47,12 +48,11 @@ def boot_age_s(root="/"):
     in the sandbox), read from the real <root>/proc, not the emulated one. None when unreadable. The proof waits for
     the fabric when the host booted less than host_stack_fabric_wait_s ago (the fabric is In Progress for minutes
     after a boot, whoever rebooted it)."""
+    start_ticks = proc_start(1, os.path.join(root, "proc"))  # the host lock's reader of /proc/PID/stat field 22
     try:
         uptime = float(_read(os.path.join(root, "proc", "uptime")).split()[0])
-        stat = _read(os.path.join(root, "proc", "1", "stat"))
-        start_ticks = float(stat[stat.rfind(")") + 2:].split()[19])
-        return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
-    except (ValueError, IndexError):
+        return max(0.0, uptime - float(start_ticks) / os.sysconf("SC_CLK_TCK"))
+    except (TypeError, ValueError, IndexError):
         return None
 
 
