@@ -296,9 +296,12 @@ def test_gpu_health_scenarios(emu):
 
 
 def _sample_while_burning(emu, env, query, done):
-    """Run the emulated 40 s burn (time scale 0.05: 2 s of wall time) and sample `query` every 0.1 s until done(row)
-    or the burn ends: one fixed sleep missed the window on a loaded machine (the burner starts late there)."""
-    burn = subprocess.Popen([str(emu.dir / "bin" / "gpu_burn"), "40"], env=env, stdout=subprocess.PIPE, text=True)
+    """Start an emulated 600 s burn (time scale 0.05: at most 30 s of wall time), sample `query` every 0.1 s until
+    done(row), then stop the burner the way systemd/timeout does (SIGTERM). A 2 s window missed every sample on a
+    loaded CI machine (stop 44: the burner and each nvidia-smi start late there), so the window is wide and the wait
+    ends as soon as the condition holds. Returns the last row, the burner's exit status and whether its load was
+    gone afterwards."""
+    burn = subprocess.Popen([str(emu.dir / "bin" / "gpu_burn"), "600"], env=env, stdout=subprocess.PIPE, text=True)
     row = None
     try:
         while burn.poll() is None:
@@ -307,22 +310,28 @@ def _sample_while_burning(emu, env, query, done):
                 break
             time.sleep(0.1)
     finally:
-        outp, _ = burn.communicate(timeout=60)
-    return row, outp
+        burn.terminate()
+        burn.communicate(timeout=60)
+    load_gone = not (emu.dir / "state" / "load.json").exists()
+    return row, burn.returncode, load_gone
 
 
 def test_thermal_load_stand_in(emu):
     emu("hwemu-scenario", "healthy")
     before = int(emu("nvidia-smi", "--query-gpu=temperature.gpu", "--format=csv,noheader", "-i", "0").stdout)
     env = dict(emu.env, HWEMU_TIME_SCALE="0.05")
-    during, outp = _sample_while_burning(emu, env, "temperature.gpu,utilization.gpu",
-                                         lambda r: int(r[0]) > before + 15 and r[1] == "100")
+    during, rc, load_gone = _sample_while_burning(emu, env, "temperature.gpu,utilization.gpu",
+                                                  lambda r: int(r[0]) > before + 15 and r[1] == "100")
     assert int(during[0]) > before + 15 and during[1] == "100", (before, during)
-    assert "GPU 7: OK" in outp
+    assert rc == 143 and load_gone, (rc, load_gone)     # a burner stopped early takes its load with it
+    after = emu("nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits", "-i", "0").stdout.strip()
+    assert after == "0", after
+    done = subprocess.run([str(emu.dir / "bin" / "gpu_burn"), "2"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "GPU 7: OK" in done.stdout, done
     emu("hwemu-scenario", "thermal_throttle")
     idle_t = int(emu("nvidia-smi", "--query-gpu=clocks.sm", "--format=csv,noheader,nounits", "-i", "0").stdout)
-    row, _ = _sample_while_burning(emu, env, "temperature.gpu,clocks.sm,clocks_event_reasons.sw_thermal_slowdown",
-                                   lambda r: int(r[0]) > 96 and int(r[1]) < idle_t and r[2] == "Active")
+    row, _, _ = _sample_while_burning(emu, env, "temperature.gpu,clocks.sm,clocks_event_reasons.sw_thermal_slowdown",
+                                      lambda r: int(r[0]) > 96 and int(r[1]) < idle_t and r[2] == "Active")
     assert int(row[0]) > 96 and int(row[1]) < idle_t and row[2] == "Active", (idle_t, row)
 
 
