@@ -8,7 +8,9 @@ nothing on either host. The runs are timed (printed; a benchmark, not a timed as
 Only the fleet shows this: the role's real apt-get, holds and files on a Debian host, the reboot through the controller,
 the fabric manager's unit starting at boot and its journal, the proof's fabric wait, and (item 4) the owed reboot of a
 host that SERVES kimi_k3 through the firmware update's out-of-service path while requests flow through the router
-(tests/integration/test_nic_firmware_update.py's Load: 0 failed), and glm52_pd refused without the maintenance flag.
+(tests/integration/test_nic_firmware_update.py's Load: 0 failed) - interrupted by the operator's Ctrl-C once the host is
+out of service, then resumed by the next site.yml run from the maintenance lock it left - and glm52_pd refused without
+the maintenance flag.
 The traps themselves are shown without the fleet (tests/unit/test_hwemu_hoststack.py), except a reboot that does not
 come back in time, shown here in the same sequence (the first site.yml run's reboot leaves the host unreachable and
 the run stops at the stage; the next site.yml run, the host serving again, owes and does the reboot). The module runs
@@ -17,11 +19,15 @@ kimi_k3 fleet it reuses: it deploys only when run alone). The host is left bare 
 files removed, power-cycled) and serving, so every other fleet test sees its scenario as before. 393 s alone
 (2026-12-06, with the fleet's kimi_k3 deploy): the site.yml run with the serving reboot 113.8 s, 465 requests through
 the router, 0 failed; the no-change site.yml 74.7 s; the stage's playbook alone, no change, 5.0 s (1.2 s with the
-stage off: the stage's own ~3.8 s are 5% of that site.yml).
+stage off: the stage's own ~3.8 s are 5% of that site.yml). 381 s alone (2026-12-07, kimi_k3 already deployed; with
+the Ctrl-C'd run and its resume: the resumed site.yml 150.5 s, 747 requests over both runs, 0 failed).
 """
 import contextlib
 import json
+import os
 import re
+import signal
+import subprocess
 import time
 
 import pytest
@@ -77,6 +83,39 @@ def both_hosts_run(sandbox, *extra, playbook="playbooks/host_stack.yml"):
                                  "-e", "host_stack_reboot=reboot", *extra, limit="b300a,b300b", check=False,
                                  timeout=900)
     return r, round(time.monotonic() - t0, 1)
+
+
+def both_hosts_run_interrupted(sandbox, after, playbook="site.yml", timeout=600):
+    """both_hosts_run's site.yml, and the operator's Ctrl-C (SIGINT to its process group, as a terminal sends it) as
+    soon as its output shows the task named `after` done on HOST. Returns (rc, output, seconds)."""
+    argv = ["ansible-playbook", playbook, "-i", sandbox.inventory, "-l", "b300a,b300b", "-e", "sglang_profile=kimi_k3",
+            "-e", json.dumps({"host_stack_enabled": "{{ inventory_hostname == '%s' }}" % HOST}),
+            "-e", "host_stack_reboot=reboot"]
+    p = subprocess.Popen(argv, cwd=sandbox.root, env=dict(sandbox.env, PYTHONUNBUFFERED="1"), stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    lines, in_task, sent = [], False, False
+    t0 = time.monotonic()
+    end = t0 + timeout
+    try:
+        for line in p.stdout:
+            lines.append(line)
+            if line.startswith("TASK ["):
+                in_task = after in line
+            elif in_task and not sent and line.startswith(("changed: [%s]" % HOST, "ok: [%s]" % HOST)):
+                os.killpg(p.pid, signal.SIGINT)
+                sent = True
+            if time.monotonic() > end:
+                break
+    finally:
+        if p.poll() is None:
+            try:
+                p.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+    out = "".join(lines)
+    assert sent, "the run never reached %r on %s:\n%s" % (after, HOST, out[-4000:])
+    return p.returncode, out, round(time.monotonic() - t0, 1)
 
 
 @contextlib.contextmanager
@@ -201,10 +240,19 @@ def test_bare_host_to_proven_stack_a_reboot_not_back_in_time_then_the_owed_reboo
     assert serving_units(sandbox) == before and healthy_workers() == WORKERS
 
     # 2b. kimi_k3, by the users' main command (site.yml -l b300a,b300b): the owed reboot through the out-of-service
-    # path while requests flow through the router: b300b out of the router and drained, its units stopped, the reboot
-    # (the controller's command), the fabric wait and the proof, its units health-gated and back in the router; then
-    # the gates, NCCL and the deploy on the proven stack; b300a serves throughout - 0 failed requests
+    # path while requests flow through the router - and the operator's Ctrl-C in the middle of it: the first run takes
+    # b300b out of the router, drains it, stops its units, and is interrupted right there (before the reboot). The host
+    # stays out of service under the maintenance lock, which names the units; b300a serves alone. The next site.yml run
+    # takes the gone run's host lock over, RESUMES that path from the lock (the reboot (the controller's command), the
+    # fabric wait and the proof, its units health-gated and back in the router), then the gates, NCCL and the deploy on
+    # the proven stack; b300a serves throughout - 0 failed requests over both runs
     with Load(prompt="host-stack") as load:
+        rc_cut, cut, cut_s = both_hosts_run_interrupted(sandbox, after="Serving | this host's SGLang units stopped")
+        assert rc_cut != 0 and "Reboot | through the controller's command" not in cut, cut[-4000:]
+        assert healthy_workers() == [WORKERS[0]], "b300b should be out of the router after the Ctrl-C"
+        assert serving_units(sandbox) == {}, "b300b's units should be stopped after the Ctrl-C"
+        mlock = json.loads(sandbox.exec(HOST, "cat /var/lib/b300-maintenance/lock").stdout)
+        assert mlock["holder"] == "host_stack" and sorted(mlock["units"]) == sorted(before), mlock
         r, reboot_s = both_hosts_run(sandbox, playbook="site.yml")
     out = r.stdout + r.stderr
     figures = load.figures()
@@ -212,7 +260,11 @@ def test_bare_host_to_proven_stack_a_reboot_not_back_in_time_then_the_owed_reboo
     assert all(v["failed"] == 0 and v["unreachable"] == 0 for v in (recap(out, "b300a"), recap(out, HOST)))
     for play in ("PLAY [Preflight", "PLAY [NCCL validation", "PLAY [SGLang"):
         assert play in out, "site.yml ran no %s play after the stage" % play
-    assert "%s serves (%s) and owes a reboot" % (HOST, ", ".join(before)) in " ".join(out.split()), out[-5000:]
+    text = " ".join(out.split())
+    assert "%s serves (%s) and owes a reboot" % (HOST, ", ".join(before)) in " ".join(cut.split()), cut[-5000:]
+    assert "took the host run lock over from" in text, out[-5000:]
+    assert "%s has been out of service since %s" % (HOST, mlock["since"]) in text, out[-5000:]
+    assert "the one-host-at-a-time play resumes it" in text, out[-5000:]
     for step in ("Serving | out of the router, every other planned worker healthy first",
                  "Serving | drained (the rolling path's drain, on the router host)",
                  "Reboot | through the controller's command", "Serving | healthy (and generating)",
@@ -259,7 +311,7 @@ def test_bare_host_to_proven_stack_a_reboot_not_back_in_time_then_the_owed_reboo
     assert rc == 2 and any(m.startswith("%s: host_stack check packages_held failed: found not held: "
                                         "nvidia-fabricmanager-580" % HOST) for m in drift["messages"]), drift
     print("host_stack on %s: site.yml install run %.1f s (incl. the %d s reboot timeout), glm52_pd refusal %.1f s, site.yml "
-          "with the serving reboot + proof %.1f s (requests %s), no-change site.yml %.1f s, no-change stage %.1f s "
+          "with the serving reboot + proof %.1f s (resumed after the Ctrl-C; requests over both %s), no-change site.yml %.1f s, no-change stage %.1f s "
           "(stage off: %.1f s; the stage adds %.0f%% to the no-change site.yml); fw-audit with the stack's checks "
-          "%.1f s" % (HOST, install_s, timeout_s, pd_s, reboot_s, figures, site_again_s, again_s, off_s,
-                      100.0 * max(0.0, again_s - off_s) / site_again_s, audit_s))
+          "%.1f s; the Ctrl-C'd site.yml %.1f s (rc %d)" % (HOST, install_s, timeout_s, pd_s, reboot_s, figures, site_again_s, again_s, off_s,
+                      100.0 * max(0.0, again_s - off_s) / site_again_s, audit_s, cut_s, rc_cut))
