@@ -46,8 +46,8 @@ def test_mitogen_runs_every_task_in_one_interpreter(tmp_path):
     pids, out = run(tmp_path, **MITOGEN)
     assert pids[0] == pids[1], "two tasks ran in two interpreters: Mitogen is not active\n" + out[-2000:]
     assert "Mitogen is not installed" not in out
-    default, _ = run(tmp_path)                                  # ansible.cfg's default: the builtin linear strategy
-    assert default[0] != default[1], default
+    builtin, _ = run(tmp_path, ANSIBLE_STRATEGY="ansible.builtin.linear")   # the control: one interpreter per task
+    assert builtin[0] != builtin[1], builtin
 
 
 def test_without_mitogen_the_builtin_linear_strategy_runs_and_says_so(tmp_path):
