@@ -14,7 +14,11 @@ import reliability
 
 def _spawn(*args):
     """The python runs as a GRANDchild (fleet_busy leaves out this process's own children), in its own group."""
-    cmd = " ".join(shlex.quote(a) for a in [sys.executable, "-c", "import time; time.sleep(30)", *args])
+    return _spawn_code("import time; time.sleep(30)", *args)
+
+
+def _spawn_code(code, *args):
+    cmd = " ".join(shlex.quote(a) for a in [sys.executable, "-c", code, *args])
     sh = subprocess.Popen(["sh", "-c", "%s & echo $!; wait" % cmd], stdout=subprocess.PIPE, text=True,
                           start_new_session=True)
     sh.child = int(sh.stdout.readline())
@@ -35,6 +39,29 @@ def test_the_controller_lane_does_not_make_the_fleet_busy_the_fleet_lane_does():
         assert "%d " % ctrl.child not in busy + " ", busy     # the controller lane's never does
     finally:
         for p in (ctrl, fleet):
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+
+
+def test_what_the_controller_lane_runs_does_not_make_the_fleet_busy():
+    """Its bad-input suite runs ansible-playbook with the sandbox inventory (and -c local): a child of that pytest."""
+    child = ("import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)', "
+             "'ansible-playbook', '-i', 'inventory/sandbox', 'site.yml', '-c', 'local']); time.sleep(30)")
+    ctrl = _spawn_code(child, "pytest", "-q", "-m", "controller", "tests/integration")
+    alone = _spawn("ansible-playbook", "-i", "inventory/sandbox", "site.yml")     # the same run, by an operator
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            busy = " | ".join(reliability.fleet_busy())
+            if str(alone.child) in busy and "-c local" not in busy:
+                break
+            time.sleep(0.1)
+        assert "%d " % alone.child in busy + " ", busy                    # an operator's run: waited for
+        assert "ansible-playbook -i inventory/sandbox site.yml -c local" not in busy, busy  # the lane's: never
+        kids = subprocess.run(["pgrep", "-P", str(ctrl.child)], capture_output=True, text=True).stdout.split()
+        assert kids, "the controller lane's child did not start"
+    finally:
+        for p in (ctrl, alone):
             os.killpg(p.pid, signal.SIGKILL)
             p.wait()
 
