@@ -164,17 +164,17 @@ def fleet_busy(me=None):
     for p in pathlib.Path("/proc").iterdir():
         if not p.name.isdigit() or int(p.name) in mine or _ppid(int(p.name)) == me:
             continue
-        try:
-            cmd = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
+        cmd = _cmdline(int(p.name))
+        if cmd is None:
             continue
         if cmd.split(" ", 1)[0].endswith("flock"):
             continue   # a job WAITING for the sandbox lock (flock ... bash -c '... pytest ...') is not using the fleet
-        if _controller_lane(cmd) or _under_controller_lane(int(p.name)):
-            continue   # `make integration-controller` (pytest -m controller) and what it runs never touch the fleet
+        if _controller_lane(cmd):
+            continue   # `make integration-controller` (pytest -m controller): its tests never touch the fleet
         if "python" in cmd and (("ansible-playbook" in cmd and "inventory/sandbox" in cmd)
                                 or ("pytest" in cmd and "tests/integration" in cmd)):
-            busy.append("%s %s" % (p.name, cmd[:150]))
+            if not _under_controller_lane(int(p.name)):     # nor what that lane runs (only a match pays the walk)
+                busy.append("%s %s" % (p.name, cmd[:150]))
     return busy
 
 
@@ -193,13 +193,20 @@ def _under_controller_lane(pid):
     (2026-12-07, the lanes' timing shifted by the Mitogen strategy) wait its --wait-idle-s beside that lane."""
     while pid > 1:
         pid = _ppid(pid)
-        try:
-            cmd = pathlib.Path("/proc/%d/cmdline" % pid).read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
+        cmd = _cmdline(pid)
+        if cmd is None:
             return False
         if _controller_lane(cmd):
             return True
     return False
+
+
+def _cmdline(pid):
+    """/proc/PID/cmdline as one space-separated string; None when the process is gone or unreadable."""
+    try:
+        return pathlib.Path("/proc/%d/cmdline" % pid).read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return None
 
 
 def wait_fleet_idle(max_wait_s, log):
